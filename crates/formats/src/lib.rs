@@ -1,0 +1,1 @@
+//! Model file readers (GGUF, safetensors, Hugging Face directories). See the module docs.
