@@ -1,1 +1,31 @@
-fn main() {}
+//! The `oxllm` command line: `generate` runs one prompt through a model.
+
+mod generate;
+mod sampling;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "oxllm", version, about = "LLM inference and serving engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a continuation of one prompt.
+    Generate(generate::GenerateArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result: Result<()> = match cli.command {
+        Command::Generate(args) => generate::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,4 +1,9 @@
 //! CPU compute for oxllm: quantized weight formats and their dot products (`quant`), a
-//! persistent thread pool (`pool`), and the tensor ops a transformer forward pass needs (`ops`).
+//! persistent thread pool (`pool`), matrix products over any weight format (`matmul`), paged
+//! causal attention (`attention`), and the remaining transformer ops (`ops`).
 
+pub mod attention;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
 pub mod quant;

@@ -1,0 +1,167 @@
+//! `oxllm generate`: load a model, encode the prompt, prefill it in one step, then decode token
+//! by token until EOS or `--max-tokens`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use oxllm_kernels::pool::ThreadPool;
+use oxllm_models::{load_model, ModelFile, Session};
+use oxllm_tok::Tokenizer;
+
+use crate::sampling::{sample, Rng};
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// A .gguf file or a Hugging Face model directory [default: SmolLM2-135M-Instruct Q4_1 in
+    /// the oxllm cache, fetched by scripts/fetch-model.sh]
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    prompt: Option<String>,
+    /// Prompt as comma-separated token ids, for checkpoints without a tokenizer.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// 0 means greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Keep generating past the end-of-sequence token up to --max-tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print one JSON object {"prompt_ids", "ids", "text"} instead of streaming text.
+    #[arg(long)]
+    json: bool,
+    /// Print prefill and decode speed on stderr.
+    #[arg(long)]
+    timings: bool,
+    /// Worker threads [default: all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn default_model_path() -> PathBuf {
+    let cache = std::env::var_os("OXLLM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/oxllm")))
+        .unwrap_or_else(|| PathBuf::from(".cache/oxllm"));
+    cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn load_tokenizer(file: &ModelFile) -> Result<Option<Tokenizer>> {
+    match file {
+        ModelFile::Gguf(g) => Ok(Some(Tokenizer::from_gguf(g)?)),
+        ModelFile::Hf(d) if d.path().join("tokenizer.json").exists() => {
+            Ok(Some(Tokenizer::from_hf_dir(d.path())?))
+        }
+        ModelFile::Hf(_) => Ok(None),
+    }
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!("--temperature must be a finite number >= 0");
+    }
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    if !path.exists() {
+        bail!(
+            "model {} not found (run scripts/fetch-model.sh for the default model)",
+            path.display()
+        );
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let (file, model) =
+        load_model(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tokenizer = load_tokenizer(&file)?;
+    let prompt_ids = match (&args.prompt, &args.prompt_ids) {
+        (_, Some(ids)) => ids.clone(),
+        (Some(text), None) => match &tokenizer {
+            Some(t) => t.encode(text, true)?,
+            None => bail!("{} has no tokenizer.json: pass --prompt-ids", path.display()),
+        },
+        (None, None) => bail!("pass --prompt or --prompt-ids"),
+    };
+    if prompt_ids.is_empty() {
+        bail!("the prompt encodes to no tokens");
+    }
+    let ctx = model.config.context_length;
+    if prompt_ids.len() + args.max_tokens > ctx {
+        bail!(
+            "prompt of {} tokens plus --max-tokens {} exceeds the context length of {}",
+            prompt_ids.len(),
+            args.max_tokens,
+            ctx
+        );
+    }
+    let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos_ids().to_vec()).unwrap_or_default();
+    let pool = ThreadPool::new(threads);
+    let mut session = Session::new(&model, prompt_ids.len() + args.max_tokens);
+    let mut rng = Rng::new(args.seed);
+    let mut decoder = tokenizer.as_ref().map(|t| t.incremental_decoder(true));
+    let mut out_ids = Vec::with_capacity(args.max_tokens);
+    let mut decode_steps = 0usize;
+    let mut stdout = std::io::stdout().lock();
+
+    let t0 = Instant::now();
+    let mut logits = if args.max_tokens > 0 {
+        session.extend(&pool, &prompt_ids, false)?
+    } else {
+        Vec::new()
+    };
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    while out_ids.len() < args.max_tokens {
+        let id = sample(&logits, args.temperature, &mut rng);
+        out_ids.push(id);
+        if !args.json {
+            if let Some(d) = decoder.as_mut() {
+                let delta = d.push(id)?;
+                stdout.write_all(delta.as_bytes())?;
+                stdout.flush()?;
+            }
+        }
+        if !args.ignore_eos && eos.contains(&id) {
+            break;
+        }
+        if out_ids.len() < args.max_tokens {
+            logits = session.extend(&pool, &[id], false)?;
+            decode_steps += 1;
+        }
+    }
+    let decode_s = t1.elapsed().as_secs_f64();
+    let text = match &tokenizer {
+        Some(t) => t.decode(&out_ids, true)?,
+        None => String::new(),
+    };
+    if args.json {
+        let obj = serde_json::json!({"prompt_ids": prompt_ids, "ids": out_ids, "text": text});
+        writeln!(stdout, "{obj}")?;
+    } else {
+        writeln!(stdout)?;
+    }
+    if args.timings {
+        let decoded = decode_steps;
+        eprintln!(
+            "prefill: {} tokens in {:.3} s ({:.1} tok/s); decode: {} tokens in {:.3} s ({:.1} tok/s); threads {}",
+            prompt_ids.len(),
+            prefill_s,
+            prompt_ids.len() as f64 / prefill_s.max(1e-9),
+            decoded,
+            decode_s,
+            decoded as f64 / decode_s.max(1e-9),
+            threads
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! Elementwise and row-wise tensor ops of a transformer forward pass, on plain `f32` slices laid
+//! out row-major. Each op has one obvious scalar implementation; the compiler vectorises the
+//! inner loops, and the hot products live in `matmul` and `attention`.
+
+mod activation;
+mod norm;
+mod rope;
+mod softmax;
+
+pub use activation::{add_in_place, silu, silu_mul_in_place};
+pub use norm::{rms_norm, rms_norm_rows_in_place};
+pub use rope::{Rope, RopeLayout};
+pub use softmax::softmax_in_place;

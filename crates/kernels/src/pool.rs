@@ -1,0 +1,251 @@
+//! A persistent thread pool for data-parallel kernels.
+//!
+//! Workers are spawned once and live as long as the pool. `run` hands every thread (the caller
+//! is thread 0) the same closure with its index, and returns only when all of them have finished
+//! it, so the closure may borrow from the caller's stack. Between jobs workers spin briefly (the
+//! next op of a forward pass usually follows within microseconds) and then sleep on a condition
+//! variable, so an idle pool costs no CPU.
+
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// A job as seen by the workers: a borrowed closure whose lifetime `run` guarantees.
+type Job = *const (dyn Fn(usize, usize) + Sync);
+
+struct Shared {
+    epoch: AtomicUsize,
+    remaining: AtomicUsize,
+    shutdown: AtomicBool,
+    panicked: AtomicBool,
+    job: UnsafeCell<Option<Job>>,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+}
+
+// SAFETY: `job` is written only by the thread inside `run` while no worker reads it (all workers
+// have finished the previous epoch), and read by workers only after the epoch increment that
+// publishes it (Release/Acquire on `epoch`).
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    run_guard: Mutex<()>,
+}
+
+const SPIN_ITERS: usize = 1 << 16;
+
+impl ThreadPool {
+    /// A pool of `n_threads` threads in total (the caller counts as one); at least one.
+    pub fn new(n_threads: usize) -> ThreadPool {
+        let n_threads = n_threads.max(1);
+        let shared = Arc::new(Shared {
+            epoch: AtomicUsize::new(0),
+            remaining: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+            job: UnsafeCell::new(None),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let workers = (1..n_threads)
+            .map(|idx| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("oxllm-worker-{idx}"))
+                    .spawn(move || worker_loop(&shared, idx, n_threads))
+                    .unwrap_or_else(|e| panic!("cannot spawn worker thread: {e}"))
+            })
+            .collect();
+        ThreadPool {
+            shared,
+            workers,
+            run_guard: Mutex::new(()),
+        }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `job(thread_index, n_threads)` on every thread of the pool and waits for all.
+    pub fn run<F: Fn(usize, usize) + Sync>(&self, job: F) {
+        let n = self.n_threads();
+        if n == 1 {
+            job(0, 1);
+            return;
+        }
+        let _guard = self.run_guard.lock().unwrap_or_else(|e| e.into_inner());
+        let job_ref: &(dyn Fn(usize, usize) + Sync) = &job;
+        // SAFETY: the pointer is only dereferenced by workers before they decrement `remaining`,
+        // and we wait for `remaining == 0` before returning, so `job` outlives every use.
+        let job_ptr: Job = unsafe { std::mem::transmute(job_ref as *const _) };
+        unsafe { *self.shared.job.get() = Some(job_ptr) };
+        self.shared.remaining.store(n - 1, Ordering::Relaxed);
+        {
+            let _lock = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.epoch.fetch_add(1, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        let mine = catch_unwind(AssertUnwindSafe(|| job(0, n)));
+        while self.shared.remaining.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+        }
+        unsafe { *self.shared.job.get() = None };
+        if let Err(payload) = mine {
+            std::panic::resume_unwind(payload);
+        }
+        if self.shared.panicked.swap(false, Ordering::Relaxed) {
+            panic!("a thread-pool worker panicked");
+        }
+    }
+}
+
+fn worker_loop(shared: &Shared, idx: usize, n_threads: usize) {
+    let mut seen = 0usize;
+    loop {
+        let mut spins = 0;
+        let epoch = loop {
+            let e = shared.epoch.load(Ordering::Acquire);
+            if e != seen {
+                break e;
+            }
+            if spins < SPIN_ITERS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut lock = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            while shared.epoch.load(Ordering::Acquire) == seen {
+                lock = shared.wake.wait(lock).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        seen = epoch;
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: published by the epoch increment we just observed with Acquire.
+        if let Some(job) = unsafe { *shared.job.get() } {
+            let job = unsafe { &*job };
+            if catch_unwind(AssertUnwindSafe(|| job(idx, n_threads))).is_err() {
+                shared.panicked.store(true, Ordering::Relaxed);
+            }
+        }
+        shared.remaining.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _lock = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.epoch.fetch_add(1, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Splits `0..len` into `n` nearly equal contiguous parts and returns part `i`.
+pub fn split_range(len: usize, i: usize, n: usize) -> std::ops::Range<usize> {
+    let base = len / n;
+    let extra = len % n;
+    let start = i * base + i.min(extra);
+    let end = start + base + usize::from(i < extra);
+    start..end
+}
+
+/// A raw pointer that threads may share to write disjoint elements of one output buffer.
+#[derive(Clone, Copy)]
+pub struct SharedMut<T>(*mut T);
+unsafe impl<T: Send> Send for SharedMut<T> {}
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(slice: &mut [T]) -> Self {
+        SharedMut(slice.as_mut_ptr())
+    }
+    /// # Safety
+    /// `start..start + len` must lie inside the original slice, and no two threads may hold
+    /// overlapping ranges at the same time.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn every_thread_runs_each_job_once_and_borrows_work() {
+        let pool = ThreadPool::new(3);
+        let hits = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+        for _ in 0..1000 {
+            pool.run(|i, n| {
+                assert_eq!(n, 3);
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        for h in &hits {
+            assert_eq!(h.load(Ordering::Relaxed), 1000);
+        }
+    }
+
+    #[test]
+    fn disjoint_writes_through_shared_pointer() {
+        let pool = ThreadPool::new(4);
+        let mut out = vec![0usize; 1001];
+        let ptr = SharedMut::new(&mut out);
+        pool.run(|i, n| {
+            let r = split_range(1001, i, n);
+            let s = unsafe { ptr.slice(r.start, r.len()) };
+            for (k, v) in s.iter_mut().enumerate() {
+                *v = r.start + k;
+            }
+        });
+        assert!(out.iter().enumerate().all(|(k, v)| k == *v));
+    }
+
+    #[test]
+    fn split_range_covers_everything_once() {
+        for len in 0..50 {
+            for n in 1..7 {
+                let mut next = 0;
+                for i in 0..n {
+                    let r = split_range(len, i, n);
+                    assert_eq!(r.start, next);
+                    next = r.end;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+
+    #[test]
+    fn worker_panic_is_reported_and_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(|i, _| {
+                if i == 1 {
+                    panic!("boom");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let count = AtomicU64::new(0);
+        pool.run(|_, _| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 2);
+    }
+}

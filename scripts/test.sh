@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. Fetches the default model first (tests that use it read it from
+# ~/.cache/oxllm); the oracle fixtures are committed, so no Python ML stack is needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-model.sh >/dev/null
+cargo fmt --all --check
+cargo test --workspace --release "$@"
