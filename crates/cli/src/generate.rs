@@ -140,6 +140,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
     }
     let decode_s = t1.elapsed().as_secs_f64();
+    if !args.json {
+        if let Some(d) = decoder.as_mut() {
+            stdout.write_all(d.flush()?.as_bytes())?;
+        }
+    }
     let text = match &tokenizer {
         Some(t) => t.decode(&out_ids, true)?,
         None => String::new(),
