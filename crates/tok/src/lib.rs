@@ -7,6 +7,7 @@
 
 mod byte_alphabet;
 mod error;
+mod gguf_file;
 mod gguf_vocab;
 mod hf_dir;
 mod incremental;
