@@ -112,32 +112,46 @@ unsafe fn q8_0_inner(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
 
 // ---- four rows --------------------------------------------------------------------------
 
+/// Zips the activation blocks with the four rows' blocks (all the same length).
+macro_rules! rows4 {
+    ($a:expr, $w:expr) => {
+        $a.iter()
+            .zip($w[0])
+            .zip($w[1])
+            .zip($w[2])
+            .zip($w[3])
+            .map(|((((y, x0), x1), x2), x3)| (y, [x0, x1, x2, x3]))
+    };
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_x4_inner(w: [&[BlockQ4_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
-    for (i, y) in a.iter().enumerate() {
+    for (y, xs) in rows4!(a, w) {
         let yq = load_q(&y.qs);
-        let dy = f16_one(y.d);
-        for r in 0..4 {
-            let x = &w[r][i];
-            let d = _mm256_set1_ps(f16_one(x.d) * dy);
-            acc[r] = _mm256_fmadd_ps(d, q4_0_block(x, yq), acc[r]);
+        for (acc, x) in acc.iter_mut().zip(xs) {
+            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+            *acc = _mm256_fmadd_ps(d, q4_0_block(x, yq), *acc);
         }
     }
-    acc.map(|v| hsum_ps(v))
+    [
+        hsum_ps(acc[0]),
+        hsum_ps(acc[1]),
+        hsum_ps(acc[2]),
+        hsum_ps(acc[3]),
+    ]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_x4_inner(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut accm = [_mm_setzero_ps(); 4];
-    for (i, y) in a.iter().enumerate() {
+    for (y, xs) in rows4!(a, w) {
         let yq = load_q(&y.qs);
-        for r in 0..4 {
-            let x = &w[r][i];
+        for ((acc, accm), x) in acc.iter_mut().zip(accm.iter_mut()).zip(xs) {
             let p = dm_prod(x, y);
-            accm[r] = _mm_add_ps(accm[r], p);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, yq), acc[r]);
+            *accm = _mm_add_ps(*accm, p);
+            *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, yq), *acc);
         }
     }
     let mut out = [0f32; 4];
@@ -150,16 +164,19 @@ unsafe fn q4_1_x4_inner(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> [f32; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_x4_inner(w: [&[BlockQ8_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
-    for (i, y) in a.iter().enumerate() {
+    for (y, xs) in rows4!(a, w) {
         let yq = load_q(&y.qs);
-        let dy = f16_one(y.d);
-        for r in 0..4 {
-            let x = &w[r][i];
-            let d = _mm256_set1_ps(f16_one(x.d) * dy);
-            acc[r] = _mm256_fmadd_ps(d, q8_0_block(x, yq), acc[r]);
+        for (acc, x) in acc.iter_mut().zip(xs) {
+            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+            *acc = _mm256_fmadd_ps(d, q8_0_block(x, yq), *acc);
         }
     }
-    acc.map(|v| hsum_ps(v))
+    [
+        hsum_ps(acc[0]),
+        hsum_ps(acc[1]),
+        hsum_ps(acc[2]),
+        hsum_ps(acc[3]),
+    ]
 }
 
 // ---- safe wrappers (only handed out after the CPU check) --------------------------------
