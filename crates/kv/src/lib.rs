@@ -1,0 +1,25 @@
+//! Bookkeeping of a paged KV cache, without tensors.
+//!
+//! The cache is a fixed pool of blocks of `block_size` token slots each. A request owns a block
+//! table (the blocks its tokens' K/V live in, in order); full blocks are named by a chained hash of
+//! their tokens so a later request with the same prefix can share them instead of recomputing.
+//!
+//! - [`BlockPool`] owns the blocks: refcounts, the free list in eviction order, the hash map of
+//!   cached blocks (lazily evicted: a freed cached block stays findable until it is reused).
+//! - [`hash_block`] computes the chained, per-process seeded block hash.
+//! - [`KvCacheManager`] is what a scheduler talks to: prefix lookups, slot allocation, caching
+//!   newly full blocks, freeing a request's blocks.
+//!
+//! Block 0 is the null block ([`NULL_BLOCK`]): never handed out, so a runner can pad block tables
+//! with it.
+
+mod error;
+mod free_list;
+mod hash;
+mod manager;
+mod pool;
+
+pub use error::{InvariantViolation, KvError};
+pub use hash::{hash_block, BlockHash};
+pub use manager::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
+pub use pool::{BlockPool, NULL_BLOCK};
