@@ -20,7 +20,11 @@ pub struct GenerateArgs {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt text.
-    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    #[arg(
+        long,
+        conflicts_with = "prompt_ids",
+        required_unless_present = "prompt_ids"
+    )]
     prompt: Option<String>,
     /// Prompt as comma-separated token ids, for checkpoints without a tokenizer.
     #[arg(long, value_delimiter = ',')]
@@ -81,14 +85,16 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let (file, model) =
-        load_model(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (file, model) = load_model(&path).with_context(|| format!("loading {}", path.display()))?;
     let tokenizer = load_tokenizer(&file)?;
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => match &tokenizer {
             Some(t) => t.encode(text, true)?,
-            None => bail!("{} has no tokenizer.json: pass --prompt-ids", path.display()),
+            None => bail!(
+                "{} has no tokenizer.json: pass --prompt-ids",
+                path.display()
+            ),
         },
         (None, None) => bail!("pass --prompt or --prompt-ids"),
     };
@@ -104,7 +110,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             ctx
         );
     }
-    let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos_ids().to_vec()).unwrap_or_default();
+    let eos: Vec<u32> = tokenizer
+        .as_ref()
+        .map(|t| t.eos_ids().to_vec())
+        .unwrap_or_default();
     let pool = ThreadPool::new(threads);
     let mut session = Session::new(&model, prompt_ids.len() + args.max_tokens);
     let mut rng = Rng::new(args.seed);

@@ -50,7 +50,9 @@ mod tests {
         assert_eq!(sample(&logits, 0.0, &mut Rng::new(1)), 1);
         let draw = |seed| {
             let mut r = Rng::new(seed);
-            (0..50).map(|_| sample(&logits, 1.0, &mut r)).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| sample(&logits, 1.0, &mut r))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));

@@ -34,6 +34,8 @@ pub enum DType {
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DTypeError {
+    #[error("{len} elements of {dtype:?} overflow the address space")]
+    Overflow { dtype: DType, len: usize },
     #[error("unknown GGML tensor type id {0}")]
     UnknownTypeId(u32),
     #[error("{len} elements of {dtype:?} is not a whole number of {block}-element blocks")]
@@ -115,14 +117,19 @@ impl DType {
     /// Byte length of `n` contiguous elements; an error when `n` splits a block.
     pub fn row_bytes(self, n: usize) -> Result<usize, DTypeError> {
         let block = self.block_size();
-        if n % block != 0 {
+        if !n.is_multiple_of(block) {
             return Err(DTypeError::PartialBlock {
                 dtype: self,
                 len: n,
                 block,
             });
         }
-        Ok(n / block * self.type_size())
+        (n / block)
+            .checked_mul(self.type_size())
+            .ok_or(DTypeError::Overflow {
+                dtype: self,
+                len: n,
+            })
     }
 
     pub fn is_quantized(self) -> bool {
@@ -183,6 +190,10 @@ mod tests {
         assert_eq!(DType::Q4_1.row_bytes(576), Ok(18 * 20));
         assert_eq!(DType::Q6K.row_bytes(512), Ok(2 * 210));
         assert_eq!(DType::F16.row_bytes(3), Ok(6));
+        assert!(matches!(
+            DType::F64.row_bytes(usize::MAX),
+            Err(DTypeError::Overflow { .. })
+        ));
         assert!(matches!(
             DType::Q4_0.row_bytes(33),
             Err(DTypeError::PartialBlock { len: 33, .. })

@@ -82,7 +82,10 @@ pub fn paged_attention(
     // Map each token row to its sequence once; work items are (token, head).
     let mut token_seq = vec![u32::MAX; n_tokens];
     for s in 0..num_seqs {
-        let (a, b) = (meta.query_start_loc[s] as usize, meta.query_start_loc[s + 1] as usize);
+        let (a, b) = (
+            meta.query_start_loc[s] as usize,
+            meta.query_start_loc[s + 1] as usize,
+        );
         for t in token_seq.iter_mut().take(b).skip(a) {
             *t = s as u32;
         }
@@ -120,16 +123,16 @@ pub fn paged_attention(
                 let qv = as_bytes(&q[t * q_width + h * head_dim..][..head_dim]);
                 let ctx = pos + 1;
                 for (p, sc) in scores[..ctx].iter_mut().enumerate() {
-                    let slot = table[p / meta.block_size] as usize * meta.block_size
-                        + p % meta.block_size;
+                    let slot =
+                        table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
                     let kr = &k_cache[slot * kv_width + kvh * head_dim..][..head_dim];
                     *sc = dot(head_dim, qv, as_bytes(kr)) * scale;
                 }
                 softmax_in_place(&mut scores[..ctx]);
                 acc.fill(0.0);
                 for (p, &w) in scores[..ctx].iter().enumerate() {
-                    let slot = table[p / meta.block_size] as usize * meta.block_size
-                        + p % meta.block_size;
+                    let slot =
+                        table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
                     let vr = &v_cache[slot * kv_width + kvh * head_dim..][..head_dim];
                     for (a, &v) in acc.iter_mut().zip(vr) {
                         *a += w * v;
@@ -162,7 +165,12 @@ mod tests {
 
     /// Dense causal attention over contiguous K/V, as the reference.
     fn dense(q: &[f32], k: &[f32], v: &[f32], shape: AttnShape, offset: usize) -> Vec<f32> {
-        let AttnShape { n_heads, n_kv_heads, head_dim, scale } = shape;
+        let AttnShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale,
+        } = shape;
         let qw = n_heads * head_dim;
         let kw = n_kv_heads * head_dim;
         let n = q.len() / qw;
@@ -181,8 +189,9 @@ mod tests {
                     .collect();
                 softmax_in_place(&mut s);
                 for d in 0..head_dim {
-                    out[t * qw + h * head_dim + d] =
-                        (0..=pos).map(|p| s[p] * v[p * kw + kvh * head_dim + d]).sum();
+                    out[t * qw + h * head_dim + d] = (0..=pos)
+                        .map(|p| s[p] * v[p * kw + kvh * head_dim + d])
+                        .sum();
                 }
             }
         }
@@ -192,7 +201,12 @@ mod tests {
     #[test]
     fn paged_matches_dense_with_scattered_blocks_two_seqs_and_padding() {
         let pool = ThreadPool::new(2);
-        let shape = AttnShape { n_heads: 4, n_kv_heads: 2, head_dim: 8, scale: 0.35 };
+        let shape = AttnShape {
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 8,
+            scale: 0.35,
+        };
         let (qw, kw, bs) = (32, 16, 4);
         let val = |i: usize, m: usize| ((i * m % 29) as f32 - 14.0) * 0.07;
         // seq A: 10 cached tokens + 3 new (prefill chunk); seq B: decode of 1 token at pos 6.
@@ -232,8 +246,15 @@ mod tests {
         let want_a = dense(&qa, &ka, &va, shape, a_len - a_new);
         let want_b = dense(&qb, &kb, &vb, shape, b_len - 1);
         for (i, w) in want_a.iter().chain(&want_b).enumerate() {
-            assert!((out[i] - w).abs() < 1e-5, "row value {i}: {} vs {w}", out[i]);
+            assert!(
+                (out[i] - w).abs() < 1e-5,
+                "row value {i}: {} vs {w}",
+                out[i]
+            );
         }
-        assert!(out[4 * qw..].iter().all(|&x| x == 0.0), "padded row is zero");
+        assert!(
+            out[4 * qw..].iter().all(|&x| x == 0.0),
+            "padded row is zero"
+        );
     }
 }

@@ -22,6 +22,8 @@ pub struct QMatrix {
     cols: usize,
     row_bytes: usize,
     data: Vec<u8>,
+    /// Keep activations in f32 for this matrix (see `weight_dot`).
+    f32_activations: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +65,15 @@ impl QMatrix {
             cols,
             row_bytes,
             data,
+            f32_activations: false,
         })
+    }
+
+    /// Computes this matrix against f32 activations, dequantizing weights on the fly: exact up
+    /// to the weight quantization, slower than the integer path. Meant for the output head.
+    pub fn with_f32_activations(mut self) -> Self {
+        self.f32_activations = true;
+        self
     }
 
     pub fn dtype(&self) -> DType {
@@ -88,6 +98,9 @@ impl QMatrix {
     }
 
     pub fn activation_dtype(&self) -> DType {
+        if self.f32_activations {
+            return DType::F32;
+        }
         // `new` checked that a kernel exists, so the format has an activation partner.
         quant::activation_dtype(self.dtype).unwrap_or(DType::F32)
     }
@@ -169,7 +182,11 @@ pub fn matmul(
     assert_eq!(acts.cols, w.cols, "inner dimension");
     assert_eq!(acts.dtype, w.activation_dtype(), "activation format");
     assert_eq!(out.len(), acts.rows * w.rows, "output shape");
-    let dot: VecDotFn = quant::vec_dot(w.dtype)?;
+    let dot: VecDotFn = if w.f32_activations {
+        crate::weight_dot::vec_dot_f32_acts(w.dtype)?
+    } else {
+        quant::vec_dot(w.dtype)?
+    };
     let n_out = w.rows;
     let m = acts.rows;
     let tiles = n_out.div_ceil(TILE_ROWS);
@@ -213,8 +230,12 @@ mod tests {
     fn f32_matmul_matches_naive_for_many_shapes() {
         let pool = ThreadPool::new(2);
         for (m, n, k) in [(1, 1, 1), (3, 17, 8), (5, 40, 64), (1, 33, 7)] {
-            let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
-            let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.2).collect();
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+                .collect();
+            let wv: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.2)
+                .collect();
             let w = QMatrix::new(DType::F32, n, k, f32_bytes(&wv)).unwrap();
             let acts = quantize_acts(&pool, &x, m, k, DType::F32).unwrap();
             let mut out = vec![0.0; m * n];
@@ -222,7 +243,10 @@ mod tests {
             for i in 0..m {
                 for j in 0..n {
                     let want: f32 = (0..k).map(|c| x[i * k + c] * wv[j * k + c]).sum();
-                    assert!((out[i * n + j] - want).abs() < 1e-4, "{m}x{n}x{k} at {i},{j}");
+                    assert!(
+                        (out[i * n + j] - want).abs() < 1e-4,
+                        "{m}x{n}x{k} at {i},{j}"
+                    );
                 }
             }
         }
@@ -232,15 +256,23 @@ mod tests {
     fn q8_0_matmul_close_to_dequantized_reference() {
         let pool = ThreadPool::new(2);
         let (m, n, k) = (4, 20, 64);
-        let wf: Vec<f32> = (0..n * k).map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.05).collect();
+        let wf: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.05)
+            .collect();
         let mut wq = vec![0u8; n * DType::Q8_0.row_bytes(k).unwrap()];
         let rb = DType::Q8_0.row_bytes(k).unwrap();
         for j in 0..n {
-            quant::quantize_row(DType::Q8_0, &wf[j * k..(j + 1) * k], &mut wq[j * rb..(j + 1) * rb])
-                .unwrap();
+            quant::quantize_row(
+                DType::Q8_0,
+                &wf[j * k..(j + 1) * k],
+                &mut wq[j * rb..(j + 1) * rb],
+            )
+            .unwrap();
         }
         let w = QMatrix::new(DType::Q8_0, n, k, wq).unwrap();
-        let x: Vec<f32> = (0..m * k).map(|i| ((i * 3 % 7) as f32 - 3.0) * 0.3).collect();
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 3 % 7) as f32 - 3.0) * 0.3)
+            .collect();
         let acts = quantize_acts(&pool, &x, m, k, w.activation_dtype()).unwrap();
         let mut out = vec![0.0; m * n];
         matmul(&pool, &w, &acts, &mut out).unwrap();

@@ -87,7 +87,11 @@ impl ThreadPool {
         unsafe { *self.shared.job.get() = Some(job_ptr) };
         self.shared.remaining.store(n - 1, Ordering::Relaxed);
         {
-            let _lock = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _lock = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.shared.epoch.fetch_add(1, Ordering::Release);
         }
         self.shared.wake.notify_all();
@@ -143,7 +147,11 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         {
-            let _lock = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _lock = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.shared.epoch.fetch_add(1, Ordering::Release);
         }
         self.shared.wake.notify_all();

@@ -33,7 +33,11 @@ impl ForwardBatch<'_> {
                 self.attn.block_size, block_size
             ));
         }
-        if let Some(&s) = self.slot_mapping.iter().find(|&&s| s >= num_slots as i32 || s < -1) {
+        if let Some(&s) = self
+            .slot_mapping
+            .iter()
+            .find(|&&s| s >= num_slots as i32 || s < -1)
+        {
             return Err(format!("slot {s} outside the cache of {num_slots} slots"));
         }
         let qsl = self.attn.query_start_loc;
@@ -60,7 +64,9 @@ impl ForwardBatch<'_> {
             }
             let blocks = len.div_ceil(block_size);
             if blocks > stride {
-                return Err(format!("sequence {s} needs {blocks} blocks, table holds {stride}"));
+                return Err(format!(
+                    "sequence {s} needs {blocks} blocks, table holds {stride}"
+                ));
             }
             let table = &self.attn.block_tables[s * stride..s * stride + blocks];
             if table.iter().any(|&b| b as usize >= num_blocks) {

@@ -92,15 +92,24 @@ impl ModelConfig {
         let hidden = get("embedding_length")?;
         let n_heads = get("attention.head_count")?;
         let n_kv_heads = match file.meta(&key("attention.head_count_kv")) {
-            Some(v) => v.as_u64().ok_or_else(|| invalid("head_count_kv", "not an integer"))? as usize,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| invalid("head_count_kv", "not an integer"))?
+                as usize,
             None => n_heads,
         };
         let head_dim = match file.meta(&key("attention.key_length")) {
-            Some(v) => v.as_u64().ok_or_else(|| invalid("key_length", "not an integer"))? as usize,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| invalid("key_length", "not an integer"))?
+                as usize,
             None => hidden / n_heads.max(1),
         };
         let vocab_size = match file.meta(&key("vocab_size")) {
-            Some(v) => v.as_u64().ok_or_else(|| invalid("vocab_size", "not an integer"))? as usize,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| invalid("vocab_size", "not an integer"))?
+                as usize,
             None => file
                 .tensor("token_embd.weight")?
                 .shape
@@ -109,7 +118,9 @@ impl ModelConfig {
                 .unwrap_or(0),
         };
         let rope_theta = match file.meta(&key("rope.freq_base")) {
-            Some(v) => v.as_f32().ok_or_else(|| invalid("rope.freq_base", "not a number"))?,
+            Some(v) => v
+                .as_f32()
+                .ok_or_else(|| invalid("rope.freq_base", "not a number"))?,
             None => 10000.0,
         };
         let cfg = ModelConfig {
@@ -179,7 +190,9 @@ impl ModelConfig {
             .unwrap_or(10000.0) as f32;
         let rope_scaling = match rope {
             Some(r)
-                if r.get("rope_type").or_else(|| r.get("type")).and_then(Value::as_str)
+                if r.get("rope_type")
+                    .or_else(|| r.get("type"))
+                    .and_then(Value::as_str)
                     == Some("llama3") =>
             {
                 let f = |k: &str| {
@@ -197,9 +210,8 @@ impl ModelConfig {
             }
             _ => None,
         };
-        let bool_of = |k: &str, default: bool| {
-            config.get(k).and_then(Value::as_bool).unwrap_or(default)
-        };
+        let bool_of =
+            |k: &str, default: bool| config.get(k).and_then(Value::as_bool).unwrap_or(default);
         let cfg = ModelConfig {
             arch,
             vocab_size: usize_of("vocab_size")?,
@@ -246,14 +258,20 @@ impl ModelConfig {
         if self.n_heads % self.n_kv_heads != 0 {
             return Err(invalid(
                 "num_key_value_heads",
-                &format!("{} heads are not a multiple of {}", self.n_heads, self.n_kv_heads),
+                &format!(
+                    "{} heads are not a multiple of {}",
+                    self.n_heads, self.n_kv_heads
+                ),
             ));
         }
         if self.head_dim % 2 != 0 || self.head_dim > 1024 {
             return Err(invalid("head_dim", "must be even and at most 1024"));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
-            return Err(invalid("rms_norm_eps", "must be a finite non-negative number"));
+            return Err(invalid(
+                "rms_norm_eps",
+                "must be a finite non-negative number",
+            ));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return Err(invalid("rope_theta", "must be positive"));
@@ -313,7 +331,9 @@ mod tests {
         assert!(e.contains("num_key_value_heads"), "{e}");
         let mut v = base();
         v.as_object_mut().unwrap().remove("hidden_size");
-        assert!(matches!(ModelConfig::from_hf(&v), Err(ModelError::MissingConfig(k)) if k == "hidden_size"));
+        assert!(
+            matches!(ModelConfig::from_hf(&v), Err(ModelError::MissingConfig(k)) if k == "hidden_size")
+        );
         let mut v = base();
         v["hidden_size"] = json!("big");
         assert!(ModelConfig::from_hf(&v).is_err());

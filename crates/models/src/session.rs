@@ -64,7 +64,11 @@ impl<'m> Session<'m> {
         let slots: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
         let n = ids.len() as u32;
         let seq_lens = [(self.len + ids.len()) as u32];
-        let logits_indices: Vec<u32> = if all_logits { (0..n).collect() } else { vec![n - 1] };
+        let logits_indices: Vec<u32> = if all_logits {
+            (0..n).collect()
+        } else {
+            vec![n - 1]
+        };
         let batch = ForwardBatch {
             token_ids: ids,
             positions: &positions,

@@ -28,6 +28,10 @@ pub fn default_model() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(home).join(".cache/oxllm"));
     let p = cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(p.exists(), "{} missing: run scripts/fetch-model.sh", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/fetch-model.sh",
+        p.display()
+    );
     p
 }

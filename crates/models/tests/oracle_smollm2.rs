@@ -79,7 +79,11 @@ fn greedy_continuations_start_like_the_oracle() {
             next = argmax(&session.extend(&pool, &[next], false).unwrap());
         }
         let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!("greedy prefix match {same}/{} for {:?}", want.len(), case["prompt"]);
+        eprintln!(
+            "greedy prefix match {same}/{} for {:?}",
+            want.len(),
+            case["prompt"]
+        );
         // The first tokens carry the answer (" Paris") with a wide margin in the oracle.
         assert!(same >= 4, "got {got:?}, oracle {want:?}");
     }

@@ -16,7 +16,10 @@ fn check(dir: &str, threads: usize) {
     let (_, model) = load_model(&path).unwrap_or_else(|e| panic!("{dir}: {e}"));
     let pool = ThreadPool::new(threads);
     let vocab = model.config.vocab_size;
-    for (case, logits_file) in [(&oracle, "prompt_logits.f32"), (&oracle["single_token"], "single_logits.f32")] {
+    for (case, logits_file) in [
+        (&oracle, "prompt_logits.f32"),
+        (&oracle["single_token"], "single_logits.f32"),
+    ] {
         let prompt = ids(&case["prompt_ids"]);
         let want_logits = read_f32(&path.join(logits_file));
         let want_greedy = ids(&case["greedy_ids"]);
@@ -28,8 +31,14 @@ fn check(dir: &str, threads: usize) {
             .zip(&want_logits)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        eprintln!("{dir} prompt of {}: max |logit error| = {max_err:.2e}", prompt.len());
-        assert!(max_err <= LOGIT_TOL, "{dir}: prompt logits differ by {max_err}");
+        eprintln!(
+            "{dir} prompt of {}: max |logit error| = {max_err:.2e}",
+            prompt.len()
+        );
+        assert!(
+            max_err <= LOGIT_TOL,
+            "{dir}: prompt logits differ by {max_err}"
+        );
 
         let mut next = argmax(&logits[(prompt.len() - 1) * vocab..]);
         let mut got = Vec::new();
@@ -83,7 +92,10 @@ fn missing_tensor_and_unknown_architecture_are_named() {
 
     config["num_hidden_layers"] = serde_json::json!(3);
     std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
-    let err = load_model(&tmp).err().expect("a layer is missing").to_string();
+    let err = load_model(&tmp)
+        .err()
+        .expect("a layer is missing")
+        .to_string();
     assert!(err.contains("model.layers.2."), "{err}");
 
     config["num_hidden_layers"] = serde_json::json!(2);
