@@ -1,0 +1,213 @@
+//! [`Sampler`]: turns one logits row of one request into its next token.
+//!
+//! Pipeline, in order: penalties (in place) -> greedy argmax if the temperature is (near) 0 ->
+//! temperature -> top-k -> top-p -> min-p -> a draw from the renormalised distribution.
+//!
+//! Guarantees:
+//! - Every call to [`Sampler::sample`] consumes exactly one draw of the request's own RNG, greedy
+//!   or not, so token `i` always uses draw `i`: a seeded request produces the same tokens however
+//!   the batch around it is composed.
+//! - The sampled token has a non-zero probability in the processed distribution, lies in the
+//!   top-k set, the top-p nucleus and above the min-p threshold.
+//! - The full vocabulary is never sorted unless top-p needs it; the softmax is computed once.
+//! - Logprobs (when asked) are of the raw distribution: log-softmax of the logits as given,
+//!   before penalties, temperature and truncation (vLLM's default). They answer "how likely did
+//!   the model find this token", independent of the sampling knobs.
+
+use std::cell::RefCell;
+
+use crate::logprobs::{clean, log_sum_exp, top_n};
+use crate::penalties::Penalties;
+use crate::truncate::{self, Cand};
+use crate::{Rng, SampleError, SamplingError, SamplingParams};
+
+/// The outcome of one sampling step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    /// The chosen token id.
+    pub token: u32,
+    /// Raw log-probability of `token` (log-softmax of the unmodified logits); `Some` exactly when
+    /// the request asked for logprobs.
+    pub logprob: Option<f32>,
+    /// The `logprobs` most likely tokens of the raw distribution with their log-probabilities,
+    /// most likely first (lower id first among equals). Empty unless asked for.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// Reusable per-thread buffers, so a step allocates nothing and a sampler holds no vocab-sized
+/// memory between steps.
+#[derive(Default)]
+struct Scratch {
+    cands: Vec<Cand>,
+    raw: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Sampling state of one request (or one choice of an `n > 1` request).
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    draws: u64,
+    penalties: Penalties,
+}
+
+impl Sampler {
+    /// A sampler for `params` (validated here). Its RNG is seeded from `params.seed`, or from
+    /// `request_seed_fallback` (which the engine derives, e.g. from the request id) when unset.
+    pub fn new(params: &SamplingParams, request_seed_fallback: u64) -> Result<Self, SamplingError> {
+        Sampler::for_choice(params, request_seed_fallback, 0)
+    }
+
+    /// The sampler of choice `choice` of an `n > 1` request: choice 0 is [`Sampler::new`], other
+    /// choices use independent RNG streams of the same seed, so they differ from each other yet
+    /// are reproducible.
+    pub fn for_choice(
+        params: &SamplingParams,
+        request_seed_fallback: u64,
+        choice: usize,
+    ) -> Result<Self, SamplingError> {
+        params.validate()?;
+        let seed = params.seed.unwrap_or(request_seed_fallback);
+        Ok(Sampler {
+            params: params.clone(),
+            rng: Rng::seed_stream(seed, choice as u64),
+            draws: 0,
+            penalties: Penalties::new(params),
+        })
+    }
+
+    /// The parameters this sampler was built with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// How many RNG draws have been consumed (one per call to [`Sampler::sample`]).
+    pub fn draws(&self) -> u64 {
+        self.draws
+    }
+
+    /// Samples the next token from `logits` (one row over the vocabulary; modified in place by
+    /// the penalties). `prompt_ids` is the request's prompt and `output_ids` the tokens generated
+    /// so far; each call's `output_ids` must extend the previous call's (a shorter one is recounted
+    /// from scratch). NaN logits count as `-inf`.
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        prompt_ids: &[u32],
+        output_ids: &[u32],
+    ) -> Result<Sampled, SampleError> {
+        if logits.is_empty() {
+            return Err(SampleError::EmptyLogits);
+        }
+        // Exactly one draw per call, whatever happens below.
+        let u = self.rng.next_f64();
+        self.draws += 1;
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.sample_with(&mut scratch, u, logits, prompt_ids, output_ids),
+            Err(_) => self.sample_with(&mut Scratch::default(), u, logits, prompt_ids, output_ids),
+        })
+    }
+
+    fn sample_with(
+        &mut self,
+        scratch: &mut Scratch,
+        u: f64,
+        logits: &mut [f32],
+        prompt_ids: &[u32],
+        output_ids: &[u32],
+    ) -> Result<Sampled, SampleError> {
+        let penalised = self.penalties.is_active();
+        // Raw-distribution logprobs are taken before the penalties touch the row.
+        let raw = match self.params.logprobs {
+            Some(n) => {
+                let lse = log_sum_exp(logits);
+                let top = top_n(logits, n)
+                    .into_iter()
+                    .map(|(t, l)| (t, l - lse))
+                    .collect::<Vec<_>>();
+                if penalised {
+                    scratch.raw.clear();
+                    scratch.raw.extend_from_slice(logits);
+                }
+                Some((lse, top))
+            }
+            None => None,
+        };
+
+        self.penalties.apply(logits, prompt_ids, output_ids)?;
+
+        let token = if self.params.is_greedy() {
+            argmax(logits).ok_or(SampleError::NoCandidates)?
+        } else {
+            self.draw(&mut scratch.cands, logits, u)?
+        };
+
+        let (logprob, top_logprobs) = match raw {
+            Some((lse, top)) => {
+                let source: &[f32] = if penalised { &scratch.raw } else { logits };
+                let l = source
+                    .get(token as usize)
+                    .map_or(f32::NEG_INFINITY, |&x| clean(x));
+                (Some(l - lse), top)
+            }
+            None => (None, Vec::new()),
+        };
+        Ok(Sampled {
+            token,
+            logprob,
+            top_logprobs,
+        })
+    }
+
+    /// Temperature, top-k, top-p, min-p and the draw, over the (penalised) logits.
+    fn draw(&self, cands: &mut Vec<Cand>, logits: &[f32], u: f64) -> Result<u32, SampleError> {
+        let max = logits
+            .iter()
+            .map(|&x| clean(x))
+            .fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return Err(SampleError::NoCandidates);
+        }
+        cands.clear();
+        cands.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (i as u32, clean(x)))
+                .filter(|c| c.1 > f32::NEG_INFINITY),
+        );
+        if let Some(k) = self.params.effective_top_k() {
+            truncate::top_k(cands, k);
+        }
+        // Softmax numerators at this temperature; the max token gets weight exactly 1.
+        let t = self.params.temperature;
+        for c in cands.iter_mut() {
+            c.1 = ((c.1 - max) / t).exp();
+        }
+        cands.retain(|c| c.1 > 0.0);
+        truncate::top_p(cands, self.params.top_p);
+        truncate::min_p(cands, self.params.min_p);
+        truncate::pick(cands, u)
+            .map(|c| c.0)
+            .ok_or(SampleError::NoCandidates)
+    }
+}
+
+/// Index of the largest logit, the first one among ties; `None` if none is above `-inf`.
+fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(u32, f32)> = None;
+    for (i, &x) in logits.iter().enumerate() {
+        let v = clean(x);
+        if v == f32::NEG_INFINITY {
+            continue;
+        }
+        if !matches!(best, Some((_, b)) if v <= b) {
+            best = Some((i as u32, v));
+        }
+    }
+    best.map(|b| b.0)
+}
