@@ -96,8 +96,16 @@ impl ThreadPool {
         }
         self.shared.wake.notify_all();
         let mine = catch_unwind(AssertUnwindSafe(|| job(0, n)));
+        // Spin first (workers usually finish within microseconds of us), then yield so a
+        // descheduled worker gets the core back instead of us burning our time slice.
+        let mut spins = 0usize;
         while self.shared.remaining.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+            if spins < SPIN_ITERS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         unsafe { *self.shared.job.get() = None };
         if let Err(payload) = mine {
