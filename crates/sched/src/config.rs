@@ -1,0 +1,61 @@
+//! Scheduler limits and KV pool shape, validated once at construction.
+
+use crate::error::SchedError;
+
+/// The knobs of one scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Token budget of one step, summed over all scheduled requests.
+    pub max_num_batched_tokens: usize,
+    /// Most requests running (holding KV blocks) at once.
+    pub max_num_seqs: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the KV pool, including the reserved null block.
+    pub num_blocks: usize,
+    /// Longest sequence (prompt + output) the model accepts.
+    pub max_model_len: usize,
+    /// Reuse cached blocks of shared prefixes.
+    pub enable_prefix_caching: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_num_batched_tokens: 2048,
+            max_num_seqs: 256,
+            block_size: 16,
+            num_blocks: 1024,
+            max_model_len: 8192,
+            enable_prefix_caching: true,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    pub(crate) fn validate(&self) -> Result<(), SchedError> {
+        let zero = [
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("max_num_seqs", self.max_num_seqs),
+            ("block_size", self.block_size),
+            ("max_model_len", self.max_model_len),
+        ];
+        if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(SchedError::InvalidConfig(format!(
+                "{name} must be at least 1"
+            )));
+        }
+        if self.num_blocks < 2 {
+            return Err(SchedError::InvalidConfig(format!(
+                "num_blocks must be at least 2 (block 0 is reserved), got {}",
+                self.num_blocks
+            )));
+        }
+        Ok(())
+    }
+
+    /// Token slots a single request can ever hold: every block but the null one.
+    pub fn max_tokens_in_pool(&self) -> usize {
+        (self.num_blocks - 1) * self.block_size
+    }
+}

@@ -1,0 +1,26 @@
+//! Continuous-batching scheduler over a paged KV cache, without tensors.
+//!
+//! Each step is ONE loop over a token budget (no prefill/decode phases): running requests first,
+//! in admission order, each computing as many of its pending tokens as the budget allows (a
+//! decode is one token, a long prompt is chunked over steps while other requests keep decoding);
+//! then waiting requests in FIFO order, skipping any prefix the KV cache already holds. When KV
+//! blocks run out, the newest running request is preempted: its blocks are freed and it is
+//! recomputed later from its prompt plus the output so far.
+//!
+//! [`SchedulerOutput`] is the only thing the model runner receives; after the runner has sampled,
+//! [`Scheduler::update_from_output`] appends the tokens, caches full blocks and finishes requests.
+
+mod batch;
+mod config;
+mod error;
+mod output;
+mod request;
+mod scheduler;
+mod update;
+
+pub use batch::BatchArrays;
+pub use config::SchedulerConfig;
+pub use error::SchedError;
+pub use output::{RequestUpdate, ScheduledSeq, SchedulerOutput};
+pub use request::{Request, RequestStatus};
+pub use scheduler::Scheduler;

@@ -1,0 +1,377 @@
+//! The scheduler: request admission, the per-step token-budget loop and preemption, aborts.
+//!
+//! Guarantees of every [`SchedulerOutput`] (checked by [`Scheduler::check_invariants`] and the
+//! property tests):
+//! - at most `max_num_batched_tokens` tokens and `max_num_seqs` running requests;
+//! - each scheduled request's block table covers its computed plus scheduled tokens;
+//! - only running requests hold blocks; waiting and preempted ones hold none;
+//! - the oldest running request is never preempted while others run, and a lone request always
+//!   fits the pool (checked at submission), so with no new arrivals every request finishes;
+//! - admission is FIFO: a waiting request is never overtaken by a later one.
+
+use std::collections::{HashMap, VecDeque};
+
+use oxllm_core::{FinishReason, ReqId};
+use oxllm_kv::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
+
+use crate::config::SchedulerConfig;
+use crate::error::SchedError;
+use crate::output::{ScheduledSeq, SchedulerOutput};
+use crate::request::{Request, RequestStatus};
+
+/// Owns all request state the scheduling decisions need, and the KV cache bookkeeping.
+#[derive(Debug)]
+pub struct Scheduler {
+    pub(crate) config: SchedulerConfig,
+    pub(crate) kv: KvCacheManager,
+    pub(crate) requests: HashMap<ReqId, Request>,
+    /// Admission order; preempted requests return to the front.
+    pub(crate) waiting: VecDeque<ReqId>,
+    /// Admission order: the last one is the newest, the first to be preempted.
+    pub(crate) running: Vec<ReqId>,
+    /// Finished or aborted since the last output, reported in the next one.
+    pub(crate) finished_since_output: Vec<ReqId>,
+    pub(crate) next_arrival: u64,
+    pub(crate) next_step: u64,
+    /// The step whose output the runner holds, until `update_from_output`.
+    pub(crate) step_in_flight: Option<u64>,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Result<Self, SchedError> {
+        config.validate()?;
+        let kv = KvCacheManager::new(
+            config.num_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+        )?;
+        Ok(Scheduler {
+            config,
+            kv,
+            requests: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            finished_since_output: Vec::new(),
+            next_arrival: 0,
+            next_step: 0,
+            step_in_flight: None,
+        })
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Queues a request, or rejects at once one that could never complete: an empty prompt,
+    /// `max_tokens` 0, prompt + `max_tokens` over `max_model_len`, or more tokens than the
+    /// whole KV pool holds.
+    pub fn add_request(&mut self, mut req: Request) -> Result<(), SchedError> {
+        let req_id = req.id();
+        if self.requests.contains_key(&req_id) {
+            return Err(SchedError::DuplicateRequest(req_id));
+        }
+        if req.prompt().is_empty() {
+            return Err(SchedError::EmptyPrompt(req_id));
+        }
+        if req.max_tokens() == 0 {
+            return Err(SchedError::ZeroMaxTokens(req_id));
+        }
+        let total = req.prompt().len().saturating_add(req.max_tokens());
+        if total > self.config.max_model_len {
+            return Err(SchedError::ExceedsMaxModelLen {
+                req_id,
+                prompt: req.prompt().len(),
+                max_tokens: req.max_tokens(),
+                max_model_len: self.config.max_model_len,
+            });
+        }
+        // The last sampled token is never computed, so a request holds at most total - 1.
+        let needed = total - 1;
+        let capacity = self.config.max_tokens_in_pool();
+        if needed > capacity {
+            return Err(SchedError::ExceedsKvCache {
+                req_id,
+                needed,
+                capacity,
+            });
+        }
+        req.status = RequestStatus::Waiting;
+        req.num_computed_tokens = 0;
+        req.arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.requests.insert(req_id, req);
+        self.waiting.push_back(req_id);
+        Ok(())
+    }
+
+    /// Plans one step. Fails only if the previous step's output has not been given back through
+    /// [`Self::update_from_output`].
+    pub fn schedule(&mut self) -> Result<SchedulerOutput, SchedError> {
+        if self.step_in_flight.is_some() {
+            return Err(SchedError::StepInFlight);
+        }
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut out = SchedulerOutput {
+            step: self.next_step,
+            ..SchedulerOutput::default()
+        };
+        self.schedule_running(&mut budget, &mut out)?;
+        // Admitting while preempting would only thrash: the blocks just freed are needed by the
+        // requests already running.
+        if out.preempted.is_empty() {
+            self.schedule_waiting(&mut budget, &mut out)?;
+        }
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
+        out.finished = std::mem::take(&mut self.finished_since_output);
+        self.next_step += 1;
+        self.step_in_flight = Some(out.step);
+        self.debug_check();
+        Ok(out)
+    }
+
+    fn schedule_running(
+        &mut self,
+        budget: &mut usize,
+        out: &mut SchedulerOutput,
+    ) -> Result<(), SchedError> {
+        let mut index = 0;
+        while index < self.running.len() && *budget > 0 {
+            let req_id = self.running[index];
+            let Some(req) = self.requests.get(&req_id) else {
+                index += 1;
+                continue;
+            };
+            let num_new = req.num_pending_tokens().min(*budget);
+            if num_new == 0 {
+                index += 1;
+                continue;
+            }
+            let num_tokens = req.num_computed_tokens + num_new;
+            let none = ComputedBlocks::default();
+            let mut scheduled = false;
+            loop {
+                if self.kv.allocate_slots(req_id, num_tokens, &none)?.is_some() {
+                    scheduled = true;
+                    break;
+                }
+                // Out of blocks: take them from the newest running request, which has not been
+                // scheduled this step (the loop runs oldest first), possibly this one.
+                let Some(victim) = self.running.pop() else {
+                    break;
+                };
+                self.preempt(victim);
+                out.preempted.push(victim);
+                if victim == req_id {
+                    break;
+                }
+            }
+            if !scheduled {
+                break;
+            }
+            self.push_scheduled(req_id, num_new, out);
+            *budget -= num_new;
+            index += 1;
+        }
+        Ok(())
+    }
+
+    fn schedule_waiting(
+        &mut self,
+        budget: &mut usize,
+        out: &mut SchedulerOutput,
+    ) -> Result<(), SchedError> {
+        while let Some(&req_id) = self.waiting.front() {
+            if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
+                break;
+            }
+            let Some(req) = self.requests.get(&req_id) else {
+                self.waiting.pop_front();
+                continue;
+            };
+            // A waiting request holds no blocks; a preempted one recomputes prompt + output.
+            let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
+            let num_cached = hit.num_computed_tokens(self.config.block_size);
+            let num_new = (req.num_tokens() - num_cached).min(*budget);
+            if self
+                .kv
+                .allocate_slots(req_id, num_cached + num_new, &hit)?
+                .is_none()
+            {
+                // Strict FIFO: later requests wait behind this one rather than overtake it.
+                break;
+            }
+            self.waiting.pop_front();
+            if let Some(req) = self.requests.get_mut(&req_id) {
+                req.num_computed_tokens = num_cached;
+                req.status = RequestStatus::Running;
+            }
+            self.running.push(req_id);
+            self.push_scheduled(req_id, num_new, out);
+            *budget -= num_new;
+        }
+        Ok(())
+    }
+
+    fn push_scheduled(&self, req_id: ReqId, num_new: usize, out: &mut SchedulerOutput) {
+        let Some(req) = self.requests.get(&req_id) else {
+            return;
+        };
+        let start = req.num_computed_tokens;
+        out.scheduled.push(ScheduledSeq {
+            req_id,
+            token_ids: req.all_tokens()[start..start + num_new].to_vec(),
+            start_pos: start,
+            block_table: self.kv.block_table(req_id).to_vec(),
+            needs_sample: start + num_new == req.num_tokens(),
+        });
+    }
+
+    /// Frees the request's blocks and queues it first for recompute from scratch.
+    fn preempt(&mut self, req_id: ReqId) {
+        self.kv.free(req_id);
+        if let Some(req) = self.requests.get_mut(&req_id) {
+            req.num_computed_tokens = 0;
+            req.status = RequestStatus::Preempted;
+        }
+        // Victims are taken newest first, so pushing each to the front keeps arrival order.
+        self.waiting.push_front(req_id);
+    }
+
+    /// Cancels a request at once, freeing its blocks. False for an unknown (or already
+    /// finished) id.
+    pub fn abort(&mut self, req_id: ReqId) -> bool {
+        self.finish_with(req_id, FinishReason::Abort)
+    }
+
+    /// Finishes a request for a reason found outside the scheduler (a stop string, an abort),
+    /// freeing its blocks at once. False for an unknown (or already finished) id.
+    pub fn finish_with(&mut self, req_id: ReqId, reason: FinishReason) -> bool {
+        if self.finish(req_id, reason).is_none() {
+            return false;
+        }
+        self.debug_check();
+        true
+    }
+
+    /// Removes a live request, frees its blocks, and reports it in the next output.
+    pub(crate) fn finish(&mut self, req_id: ReqId, reason: FinishReason) -> Option<Request> {
+        let mut req = self.requests.remove(&req_id)?;
+        req.status = RequestStatus::Finished(reason);
+        self.kv.free(req_id);
+        self.running.retain(|&id| id != req_id);
+        self.waiting.retain(|&id| id != req_id);
+        self.finished_since_output.push(req_id);
+        Some(req)
+    }
+
+    /// A live (waiting, preempted or running) request.
+    pub fn request(&self, req_id: ReqId) -> Option<&Request> {
+        self.requests.get(&req_id)
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Waiting requests, preempted ones included.
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// True while any request is waiting or running.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Running request ids, oldest admission first.
+    pub fn running_ids(&self) -> &[ReqId] {
+        &self.running
+    }
+
+    /// Waiting request ids, next to admit first.
+    pub fn waiting_ids(&self) -> impl Iterator<Item = ReqId> + '_ {
+        self.waiting.iter().copied()
+    }
+
+    /// The KV cache bookkeeping, read-only.
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
+    pub fn num_free_blocks(&self) -> usize {
+        self.kv.num_free_blocks()
+    }
+
+    pub fn kv_usage(&self) -> f64 {
+        self.kv.usage()
+    }
+
+    pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
+        self.kv.prefix_cache_stats()
+    }
+
+    /// Forgets all cached prefixes; returns how many cached blocks were dropped.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.kv.reset_prefix_cache()
+    }
+
+    pub(crate) fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.check_invariants() {
+            panic!("scheduler invariant violated: {e}");
+        }
+    }
+
+    /// Checks the scheduler's invariants (module header) and the KV cache's.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.kv.check_invariants().map_err(|e| e.to_string())?;
+        if self.running.len() > self.config.max_num_seqs {
+            return Err(format!(
+                "{} running > max_num_seqs {}",
+                self.running.len(),
+                self.config.max_num_seqs
+            ));
+        }
+        if self.running.len() + self.waiting.len() != self.requests.len() {
+            return Err("a live request is neither running nor waiting (or is both)".into());
+        }
+        let block_size = self.config.block_size;
+        for &id in &self.running {
+            let req = self
+                .requests
+                .get(&id)
+                .ok_or(format!("running {id} unknown"))?;
+            if req.status != RequestStatus::Running {
+                return Err(format!("running request {id} has status {:?}", req.status));
+            }
+            let covered = self.kv.block_table(id).len() * block_size;
+            if covered < req.num_computed_tokens {
+                return Err(format!(
+                    "request {id}: {} computed tokens but blocks for {covered}",
+                    req.num_computed_tokens
+                ));
+            }
+        }
+        for &id in &self.waiting {
+            let req = self
+                .requests
+                .get(&id)
+                .ok_or(format!("waiting {id} unknown"))?;
+            if !self.kv.block_table(id).is_empty() || req.num_computed_tokens != 0 {
+                return Err(format!(
+                    "waiting request {id} holds blocks or computed tokens"
+                ));
+            }
+            if !matches!(
+                req.status,
+                RequestStatus::Waiting | RequestStatus::Preempted
+            ) {
+                return Err(format!("waiting request {id} has status {:?}", req.status));
+            }
+        }
+        if self.kv.num_requests() > self.running.len() {
+            return Err("a request that is not running holds blocks".into());
+        }
+        Ok(())
+    }
+}
