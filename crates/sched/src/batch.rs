@@ -70,10 +70,9 @@ impl SchedulerOutput {
             arrays.query_start_loc.push(rows);
             arrays.seq_lens.push(end as u32);
             arrays.block_tables.extend_from_slice(&seq.block_table);
-            let padding = stride - seq.block_table.len();
-            arrays
-                .block_tables
-                .extend(std::iter::repeat_n(NULL_BLOCK, padding));
+            // Pad with the null block so every table has the same stride.
+            let padded_len = arrays.block_tables.len() + stride - seq.block_table.len();
+            arrays.block_tables.resize(padded_len, NULL_BLOCK);
             if seq.needs_sample && !seq.token_ids.is_empty() {
                 arrays.logits_indices.push(rows - 1);
                 arrays.sample_req_ids.push(seq.req_id);
