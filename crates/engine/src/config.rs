@@ -1,0 +1,54 @@
+//! Engine configuration and how the KV pool size is resolved.
+
+use oxllm_models::{KvCache, ModelConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvCacheSize {
+    Blocks(usize),
+    Bytes(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    pub block_size: usize,
+    pub kv_cache: KvCacheSize,
+    /// Longest prompt + output; defaults to the model's context length.
+    pub max_model_len: Option<usize>,
+    pub enable_prefix_caching: bool,
+    pub threads: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            block_size: 16,
+            kv_cache: KvCacheSize::Bytes(1 << 30),
+            max_model_len: None,
+            enable_prefix_caching: true,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Number of KV blocks (including the reserved null block) this config gives `model`.
+    pub fn resolve_num_blocks(&self, model: &ModelConfig) -> usize {
+        match self.kv_cache {
+            KvCacheSize::Blocks(n) => n,
+            KvCacheSize::Bytes(bytes) => {
+                let per_token = KvCache::bytes_per_token(model.n_layers, model.kv_width());
+                bytes / (per_token * self.block_size).max(1)
+            }
+        }
+    }
+
+    pub fn resolve_max_model_len(&self, model: &ModelConfig) -> usize {
+        self.max_model_len
+            .unwrap_or(model.context_length)
+            .min(model.context_length)
+    }
+}

@@ -1,0 +1,356 @@
+//! The engine thread's state and its step: the single owner of every live request.
+//!
+//! Guarantees: a request's events arrive in order and end with exactly one `Finished` or
+//! `Error`; a request whose stream was dropped is aborted (blocks freed) before the next step;
+//! each request samples from its own seeded generator, so its output does not depend on what
+//! else is in the batch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use oxllm_core::{FinishReason, ReqId};
+use oxllm_sample::{Sampler, StopChecker};
+use oxllm_sched::{Request, Scheduler};
+use oxllm_tok::{IncrementalDecoder, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::runner::ModelRunner;
+use crate::{EngineError, GenerationRequest, RequestEvent, TokenLogprob};
+
+/// A point-in-time view of the engine for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    pub num_blocks_total: usize,
+    pub num_blocks_free: usize,
+    pub prefix_queried_tokens: u64,
+    pub prefix_hit_tokens: u64,
+    pub num_preemptions: u64,
+    pub steps: u64,
+    pub prompt_tokens_computed: u64,
+    pub generated_tokens: u64,
+}
+
+impl EngineStats {
+    /// Blocks held by requests or cached prefixes not yet evicted... minus the null block.
+    pub fn num_blocks_used(&self) -> usize {
+        self.num_blocks_total
+            .saturating_sub(1)
+            .saturating_sub(self.num_blocks_free)
+    }
+}
+
+struct LiveRequest<'t> {
+    tx: UnboundedSender<RequestEvent>,
+    sampler: Sampler,
+    /// `None` for models without a tokenizer: events then carry ids and no text.
+    decoder: Option<IncrementalDecoder<'t>>,
+    stop: StopChecker,
+    want_logprobs: bool,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    cached_tokens: Option<usize>,
+}
+
+pub(crate) struct EngineCore<'t> {
+    tokenizer: Option<&'t Tokenizer>,
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    live: HashMap<ReqId, LiveRequest<'t>>,
+    stats: Arc<Mutex<EngineStats>>,
+    num_blocks: usize,
+    preemptions: u64,
+    steps: u64,
+    prompt_tokens_computed: u64,
+    generated_tokens: u64,
+    seed_base: u64,
+}
+
+impl<'t> EngineCore<'t> {
+    pub fn new(
+        tokenizer: Option<&'t Tokenizer>,
+        scheduler: Scheduler,
+        runner: ModelRunner,
+        num_blocks: usize,
+        stats: Arc<Mutex<EngineStats>>,
+    ) -> Self {
+        let seed_base = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        let core = EngineCore {
+            tokenizer,
+            scheduler,
+            runner,
+            live: HashMap::new(),
+            stats,
+            num_blocks,
+            preemptions: 0,
+            steps: 0,
+            prompt_tokens_computed: 0,
+            generated_tokens: 0,
+            seed_base,
+        };
+        core.publish_stats();
+        core
+    }
+
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    /// Admits a request; on error the client gets an `Error` event and nothing is kept.
+    pub fn add(&mut self, id: ReqId, req: GenerationRequest, tx: UnboundedSender<RequestEvent>) {
+        match self.try_add(id, req, tx.clone()) {
+            Ok(()) => {}
+            Err(e) => {
+                let _ = tx.send(RequestEvent::Error(e.to_string()));
+            }
+        }
+        self.publish_stats();
+    }
+
+    fn try_add(
+        &mut self,
+        id: ReqId,
+        req: GenerationRequest,
+        tx: UnboundedSender<RequestEvent>,
+    ) -> Result<(), EngineError> {
+        let p = &req.params;
+        let sampler = Sampler::for_choice(p, self.seed_base.wrapping_add(id), req.choice)?;
+        let mut stop_ids = p.stop_token_ids.clone();
+        if !p.ignore_eos {
+            if let Some(tok) = self.tokenizer {
+                stop_ids.extend_from_slice(tok.eos_ids());
+            }
+        }
+        let prompt_tokens = req.prompt_ids.len();
+        self.scheduler
+            .add_request(Request::new(id, req.prompt_ids, p.max_tokens, stop_ids))?;
+        self.live.insert(
+            id,
+            LiveRequest {
+                tx,
+                sampler,
+                decoder: self.tokenizer.map(|t| t.incremental_decoder(true)),
+                stop: StopChecker::new(&p.stop),
+                want_logprobs: p.logprobs.is_some(),
+                prompt_tokens,
+                completion_tokens: 0,
+                cached_tokens: None,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn abort(&mut self, id: ReqId) {
+        if self.live.remove(&id).is_some() {
+            self.scheduler.abort(id);
+            self.publish_stats();
+        }
+    }
+
+    /// Aborts requests whose client dropped its stream.
+    pub fn reap_disconnected(&mut self) {
+        let gone: Vec<ReqId> = self
+            .live
+            .iter()
+            .filter(|(_, r)| r.tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        for id in gone {
+            self.abort(id);
+        }
+        self.publish_stats();
+    }
+
+    /// One engine step. Errors of the model are reported to every request in the step, which
+    /// are then dropped, so a bad step never hangs a client.
+    pub fn step(&mut self) {
+        let out = match self.scheduler.schedule() {
+            Ok(out) => out,
+            Err(e) => {
+                self.fail_all(&e.to_string());
+                return;
+            }
+        };
+        self.preemptions += out.preempted.len() as u64;
+        if out.is_empty() {
+            // Nothing could be scheduled (e.g. everything waits for blocks); report and let the
+            // caller wait for new input rather than spin.
+            let _ = self.scheduler.update_from_output(&out, &[]);
+            self.publish_stats();
+            return;
+        }
+        for seq in &out.scheduled {
+            if let Some(live) = self.live.get_mut(&seq.req_id) {
+                live.cached_tokens.get_or_insert(seq.start_pos);
+            }
+            let prompt_len = self
+                .scheduler
+                .request(seq.req_id)
+                .map_or(0, |r| r.prompt().len());
+            let prompt_part = prompt_len
+                .saturating_sub(seq.start_pos)
+                .min(seq.token_ids.len());
+            self.prompt_tokens_computed += prompt_part as u64;
+        }
+        let (arrays, mut logits) = match self.runner.execute(&out) {
+            Ok(r) => r,
+            Err(e) => {
+                let ids: Vec<ReqId> = out.scheduled.iter().map(|s| s.req_id).collect();
+                for id in ids {
+                    self.fail(id, &format!("model step failed: {e}"));
+                }
+                let _ = self.scheduler.update_from_output(&out, &[]);
+                return;
+            }
+        };
+        let vocab = self.runner.model().config.vocab_size;
+        let mut sampled = Vec::with_capacity(arrays.sample_req_ids.len());
+        let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
+        for (row, &id) in arrays.sample_req_ids.iter().enumerate() {
+            let (Some(live), Some(req)) = (self.live.get_mut(&id), self.scheduler.request(id))
+            else {
+                continue;
+            };
+            let row_logits = &mut logits[row * vocab..(row + 1) * vocab];
+            match live.sampler.sample(row_logits, req.prompt(), req.output()) {
+                Ok(s) => {
+                    if live.want_logprobs {
+                        logprobs.insert(
+                            id,
+                            TokenLogprob {
+                                token: s.token,
+                                logprob: s.logprob.unwrap_or(0.0),
+                                top: s.top_logprobs,
+                            },
+                        );
+                    }
+                    sampled.push((id, s.token));
+                }
+                Err(e) => {
+                    let msg = format!("sampling failed: {e}");
+                    self.fail(id, &msg);
+                }
+            }
+        }
+        let updates = match self.scheduler.update_from_output(&out, &sampled) {
+            Ok(u) => u,
+            Err(e) => {
+                self.fail_all(&e.to_string());
+                return;
+            }
+        };
+        self.steps += 1;
+        for upd in updates {
+            self.generated_tokens += upd.new_token_ids.len() as u64;
+            self.deliver(
+                upd.req_id,
+                upd.new_token_ids,
+                upd.finish_reason,
+                logprobs.remove(&upd.req_id),
+            );
+        }
+        self.publish_stats();
+    }
+
+    fn deliver(
+        &mut self,
+        id: ReqId,
+        token_ids: Vec<u32>,
+        mut finish: Option<FinishReason>,
+        logprob: Option<TokenLogprob>,
+    ) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        live.completion_tokens += token_ids.len();
+        let mut text = String::new();
+        for &t in &token_ids {
+            let Some(decoder) = live.decoder.as_mut() else {
+                break;
+            };
+            match decoder.push(t) {
+                Ok(delta) => text.push_str(&delta),
+                Err(e) => {
+                    let msg = format!("detokenization failed: {e}");
+                    self.fail(id, &msg);
+                    return;
+                }
+            }
+        }
+        let outcome = live.stop.push(&text);
+        let mut emitted = outcome.text;
+        if outcome.stopped.is_some() && finish.is_none() {
+            self.scheduler.finish_with(id, FinishReason::Stop);
+            finish = Some(FinishReason::Stop);
+        }
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        let logprobs = logprob.into_iter().collect();
+        let _ = live.tx.send(RequestEvent::Delta {
+            token_ids,
+            text: std::mem::take(&mut emitted),
+            logprobs,
+        });
+        if let Some(reason) = finish {
+            let mut tail = String::new();
+            if live.stop.stopped().is_none() {
+                if let Some(Ok(rest)) = live.decoder.as_mut().map(|d| d.flush()) {
+                    let o = live.stop.push(&rest);
+                    tail.push_str(&o.text);
+                }
+                if live.stop.stopped().is_none() {
+                    tail.push_str(&live.stop.finish());
+                }
+            }
+            let _ = live.tx.send(RequestEvent::Finished {
+                reason,
+                text: tail,
+                prompt_tokens: live.prompt_tokens,
+                completion_tokens: live.completion_tokens,
+                cached_tokens: live.cached_tokens.unwrap_or(0),
+            });
+            self.live.remove(&id);
+        }
+    }
+
+    fn fail(&mut self, id: ReqId, msg: &str) {
+        if let Some(live) = self.live.remove(&id) {
+            let _ = live.tx.send(RequestEvent::Error(msg.to_string()));
+        }
+        self.scheduler.abort(id);
+    }
+
+    fn fail_all(&mut self, msg: &str) {
+        let ids: Vec<ReqId> = self.live.keys().copied().collect();
+        for id in ids {
+            self.fail(id, msg);
+        }
+    }
+
+    fn publish_stats(&self) {
+        let pc = self.scheduler.prefix_cache_stats();
+        let snapshot = EngineStats {
+            num_running: self.scheduler.num_running(),
+            num_waiting: self.scheduler.num_waiting(),
+            num_blocks_total: self.num_blocks,
+            num_blocks_free: self.scheduler.num_free_blocks(),
+            prefix_queried_tokens: pc.num_queried_tokens,
+            prefix_hit_tokens: pc.num_hit_tokens,
+            num_preemptions: self.preemptions,
+            steps: self.steps,
+            prompt_tokens_computed: self.prompt_tokens_computed,
+            generated_tokens: self.generated_tokens,
+        };
+        if let Ok(mut s) = self.stats.lock() {
+            *s = snapshot;
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Starting the engine thread and the client handle that talks to it.
+//!
+//! The handle is cheap to clone and `Send`; it validates what it can without the engine
+//! (prompt length against the context and the KV pool, sampling parameters) so a request that
+//! can never run is rejected at submission with a clear error, not after queueing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use oxllm_core::ReqId;
+use oxllm_models::LlamaModel;
+use oxllm_sched::{Scheduler, SchedulerConfig};
+use oxllm_tok::Tokenizer;
+use tokio::sync::mpsc::unbounded_channel;
+
+use crate::core::{EngineCore, EngineStats};
+use crate::runner::ModelRunner;
+use crate::{EngineConfig, EngineError, GenerationRequest, RequestEvent, RequestStream};
+
+enum Command {
+    Submit(
+        ReqId,
+        GenerationRequest,
+        tokio::sync::mpsc::UnboundedSender<RequestEvent>,
+    ),
+    Abort(ReqId),
+    Shutdown,
+}
+
+/// What the engine resolved at start-up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineInfo {
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub vocab_size: usize,
+    pub kv_bytes: usize,
+}
+
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Command>,
+    next_id: Arc<AtomicU64>,
+    stats: Arc<Mutex<EngineStats>>,
+    info: EngineInfo,
+}
+
+/// Owns the engine thread; dropping it stops the thread after in-flight work is abandoned.
+pub struct Engine {
+    handle: EngineHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    pub fn start(
+        model: LlamaModel,
+        tokenizer: Option<Tokenizer>,
+        config: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        let mc = model.config.clone();
+        let num_blocks = config.resolve_num_blocks(&mc);
+        let max_model_len = config.resolve_max_model_len(&mc);
+        if config.threads == 0 {
+            return Err(EngineError::Config("threads must be at least 1".into()));
+        }
+        let sched_config = SchedulerConfig {
+            max_num_batched_tokens: config.max_num_batched_tokens,
+            max_num_seqs: config.max_num_seqs,
+            block_size: config.block_size,
+            num_blocks,
+            max_model_len,
+            enable_prefix_caching: config.enable_prefix_caching,
+        };
+        let scheduler = Scheduler::new(sched_config)?;
+        let info = EngineInfo {
+            num_blocks,
+            block_size: config.block_size,
+            max_model_len,
+            max_num_seqs: config.max_num_seqs,
+            max_num_batched_tokens: config.max_num_batched_tokens,
+            vocab_size: mc.vocab_size,
+            kv_bytes: num_blocks
+                * config.block_size
+                * oxllm_models::KvCache::bytes_per_token(mc.n_layers, mc.kv_width()),
+        };
+        let runner = ModelRunner::new(model, num_blocks, config.block_size, config.threads);
+        let stats = Arc::new(Mutex::new(EngineStats::default()));
+        let (tx, rx) = mpsc::channel();
+        let thread_stats = Arc::clone(&stats);
+        let thread = std::thread::Builder::new()
+            .name("oxllm-engine".into())
+            .spawn(move || {
+                let mut core = EngineCore::new(
+                    tokenizer.as_ref(),
+                    scheduler,
+                    runner,
+                    num_blocks,
+                    thread_stats,
+                );
+                engine_loop(&mut core, &rx);
+            })
+            .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
+        Ok(Engine {
+            handle: EngineHandle {
+                tx,
+                next_id: Arc::new(AtomicU64::new(1)),
+                stats,
+                info,
+            },
+            thread: Some(thread),
+        })
+    }
+
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the engine thread and waits for it.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.handle.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn engine_loop(core: &mut EngineCore<'_>, rx: &Receiver<Command>) {
+    loop {
+        // Block only when idle; otherwise take whatever arrived and step.
+        if !core.has_work() {
+            match rx.recv() {
+                Ok(cmd) => {
+                    if !apply(core, cmd) {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    if !apply(core, cmd) {
+                        return;
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    if !core.has_work() {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        core.reap_disconnected();
+        if core.has_work() {
+            core.step();
+        }
+    }
+}
+
+/// Applies one command; false means shut down.
+fn apply(core: &mut EngineCore<'_>, cmd: Command) -> bool {
+    match cmd {
+        Command::Submit(id, req, tx) => core.add(id, req, tx),
+        Command::Abort(id) => core.abort(id),
+        Command::Shutdown => return false,
+    }
+    true
+}
+
+impl EngineHandle {
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Validates and submits a request; its events arrive on the returned stream.
+    pub fn submit(&self, req: GenerationRequest) -> Result<RequestStream, EngineError> {
+        req.params.validate()?;
+        if req.prompt_ids.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if let Some(&id) = req
+            .prompt_ids
+            .iter()
+            .find(|&&id| id as usize >= self.info.vocab_size)
+        {
+            return Err(EngineError::InvalidRequest(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.info.vocab_size
+            )));
+        }
+        let total = req.prompt_ids.len() + req.params.max_tokens;
+        if total > self.info.max_model_len {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt ({} tokens) + max_tokens ({}) exceeds the maximum context length of {} tokens",
+                req.prompt_ids.len(),
+                req.params.max_tokens,
+                self.info.max_model_len
+            )));
+        }
+        let pool_tokens = self.info.num_blocks.saturating_sub(1) * self.info.block_size;
+        if total > pool_tokens {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt + max_tokens ({total} tokens) exceeds the whole KV cache of {pool_tokens} tokens"
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = unbounded_channel();
+        let prompt_tokens = req.prompt_ids.len();
+        self.tx
+            .send(Command::Submit(id, req, tx))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(RequestStream {
+            id,
+            prompt_tokens,
+            rx,
+        })
+    }
+
+    pub fn abort(&self, id: ReqId) {
+        let _ = self.tx.send(Command::Abort(id));
+    }
+}

@@ -1,0 +1,23 @@
+//! The serving engine: one thread owns every request's state; clients talk to it through
+//! channels.
+//!
+//! `Engine::start` loads nothing itself: it takes a model, its tokenizer and a config, sizes the
+//! paged KV cache, and spawns the engine thread. `EngineHandle::submit` validates a request,
+//! sends it to the thread and returns a `RequestStream` of token/text deltas ending with a
+//! finish reason. Dropping the stream (or calling `abort`) frees the request's blocks at the next
+//! step. One step = schedule (one token budget over running then waiting requests) → build the
+//! flat batch → forward → sample each request's row with its own seeded sampler → update the
+//! scheduler → detokenize, cut stop strings, send.
+
+mod config;
+mod core;
+mod error;
+mod handle;
+mod request;
+mod runner;
+
+pub use crate::core::EngineStats;
+pub use config::{EngineConfig, KvCacheSize};
+pub use error::EngineError;
+pub use handle::{Engine, EngineHandle, EngineInfo};
+pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};

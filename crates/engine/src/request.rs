@@ -1,0 +1,85 @@
+//! What a client submits and what it receives back.
+
+use oxllm_core::{FinishReason, ReqId};
+use oxllm_sample::SamplingParams;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// A request as the engine takes it: token ids (already templated and tokenized by the caller)
+/// and sampling parameters.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    pub prompt_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// Which of `n` choices this is (gives each choice its own random stream).
+    pub choice: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// One message on a request's stream. A stream ends with exactly one `Finished` or `Error`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestEvent {
+    /// New tokens and the text they completed (text may be empty while a UTF-8 character or a
+    /// possible stop string is held back).
+    Delta {
+        token_ids: Vec<u32>,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Finished {
+        reason: FinishReason,
+        /// Text released at the end (held-back bytes), possibly empty.
+        text: String,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+        cached_tokens: usize,
+    },
+    Error(String),
+}
+
+/// The receiving end of one request. Dropping it aborts the request.
+pub struct RequestStream {
+    pub id: ReqId,
+    pub prompt_tokens: usize,
+    pub(crate) rx: UnboundedReceiver<RequestEvent>,
+}
+
+impl RequestStream {
+    /// Next event, blocking the calling (non-async) thread.
+    pub fn blocking_next(&mut self) -> Option<RequestEvent> {
+        self.rx.blocking_recv()
+    }
+
+    /// Next event, for async callers.
+    pub async fn next(&mut self) -> Option<RequestEvent> {
+        self.rx.recv().await
+    }
+
+    /// Collects the whole stream: (token ids, text, finish reason).
+    pub fn collect_blocking(mut self) -> Result<(Vec<u32>, String, FinishReason), String> {
+        let (mut ids, mut text) = (Vec::new(), String::new());
+        while let Some(ev) = self.blocking_next() {
+            match ev {
+                RequestEvent::Delta {
+                    token_ids, text: t, ..
+                } => {
+                    ids.extend(token_ids);
+                    text.push_str(&t);
+                }
+                RequestEvent::Finished {
+                    reason, text: t, ..
+                } => {
+                    text.push_str(&t);
+                    return Ok((ids, text, reason));
+                }
+                RequestEvent::Error(e) => return Err(e),
+            }
+        }
+        Err("the engine stopped before the request finished".into())
+    }
+}
