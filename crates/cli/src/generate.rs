@@ -11,7 +11,9 @@ use oxllm_kernels::pool::ThreadPool;
 use oxllm_models::{load_model, ModelFile, Session};
 use oxllm_tok::Tokenizer;
 
+use crate::batch::{run_batch, BatchDefaults};
 use crate::sampling::{sample, Rng};
+use oxllm_engine::{Engine, EngineConfig, KvCacheSize};
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -20,12 +22,27 @@ pub struct GenerateArgs {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt text.
-    #[arg(
-        long,
-        conflicts_with = "prompt_ids",
-        required_unless_present = "prompt_ids"
-    )]
+    #[arg(long, conflicts_with_all = ["prompt_ids", "input"], required_unless_present_any = ["prompt_ids", "input"])]
     prompt: Option<String>,
+    /// Offline batch: a JSONL file, one request per line (`prompt` or `prompt_ids`, optional
+    /// `max_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `ignore_eos`).
+    #[arg(long, requires = "output", conflicts_with = "prompt_ids")]
+    input: Option<PathBuf>,
+    /// Where batch results go, one JSON line per input line, in input order.
+    #[arg(long, requires = "input")]
+    output: Option<PathBuf>,
+    /// KV cache size in blocks of 16 tokens (batch mode) [default: from --kv-cache-memory].
+    #[arg(long)]
+    num_blocks: Option<usize>,
+    /// KV cache size in bytes (batch mode).
+    #[arg(long, default_value_t = 1 << 30)]
+    kv_cache_memory: usize,
+    /// Most requests in flight at once (batch mode).
+    #[arg(long, default_value_t = 64)]
+    max_num_seqs: usize,
+    /// Token budget per engine step (batch mode).
+    #[arg(long, default_value_t = 512)]
+    max_num_batched_tokens: usize,
     /// Prompt as comma-separated token ids, for checkpoints without a tokenizer.
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
@@ -87,6 +104,41 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let (file, model) = load_model(&path).with_context(|| format!("loading {}", path.display()))?;
     let tokenizer = load_tokenizer(&file)?;
+    if let (Some(input), Some(output)) = (&args.input, &args.output) {
+        let config = EngineConfig {
+            max_num_batched_tokens: args.max_num_batched_tokens,
+            max_num_seqs: args.max_num_seqs,
+            kv_cache: match args.num_blocks {
+                Some(n) => KvCacheSize::Blocks(n),
+                None => KvCacheSize::Bytes(args.kv_cache_memory),
+            },
+            threads,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::start(model, tokenizer.clone(), config)?;
+        let info = engine.handle().info().clone();
+        eprintln!(
+            "KV cache: {} blocks of {} tokens ({} tokens, {:.1} MiB); max model len {}",
+            info.num_blocks,
+            info.block_size,
+            info.num_blocks.saturating_sub(1) * info.block_size,
+            info.kv_bytes as f64 / (1 << 20) as f64,
+            info.max_model_len
+        );
+        let defaults = BatchDefaults {
+            max_tokens: args.max_tokens,
+            temperature: args.temperature,
+            seed: Some(args.seed),
+            ignore_eos: args.ignore_eos,
+        };
+        return run_batch(
+            &engine.handle(),
+            tokenizer.as_ref(),
+            &defaults,
+            input,
+            output,
+        );
+    }
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => match &tokenizer {
@@ -96,7 +148,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 path.display()
             ),
         },
-        (None, None) => bail!("pass --prompt or --prompt-ids"),
+        (None, None) => bail!("pass --prompt, --prompt-ids or --input"),
     };
     if prompt_ids.is_empty() {
         bail!("the prompt encodes to no tokens");

@@ -1,5 +1,6 @@
 //! The `oxllm` command line: `generate` runs one prompt through a model.
 
+mod batch;
 mod generate;
 mod sampling;
 

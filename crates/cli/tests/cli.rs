@@ -1,0 +1,225 @@
+//! End-to-end tests of the `oxllm` binary: one-shot generation on the real model and a tiny
+//! checkpoint (against the transformers oracle), offline batch mode, and clear errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn oxllm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oxllm"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn smollm2() -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME");
+    let p = std::env::var_os("OXLLM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(home).join(".cache/oxllm"))
+        .join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/fetch-model.sh",
+        p.display()
+    );
+    p
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn generate_json_on_smollm2_answers_paris() {
+    let out = oxllm()
+        .args([
+            "generate",
+            "--prompt",
+            "The capital of France is",
+            "--max-tokens",
+            "4",
+        ])
+        .args(["--temperature", "0", "--json", "--threads", "2", "--model"])
+        .arg(smollm2())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&v["prompt_ids"]), vec![504, 3575, 282, 4649, 314]);
+    assert_eq!(ids(&v["ids"]).len(), 4);
+    assert!(v["text"].as_str().unwrap().starts_with(" Paris"), "{v}");
+}
+
+#[test]
+fn generate_prompt_ids_on_tiny_qwen3_matches_oracle() {
+    let dir = repo().join("tests/fixtures/tiny/qwen3-f32");
+    let oracle: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("oracle.json")).unwrap()).unwrap();
+    let prompt: Vec<String> = ids(&oracle["prompt_ids"])
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    let out = oxllm()
+        .args([
+            "generate",
+            "--max-tokens",
+            "32",
+            "--json",
+            "--ignore-eos",
+            "--model",
+        ])
+        .arg(&dir)
+        .arg("--prompt-ids")
+        .arg(prompt.join(","))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&v["ids"]), ids(&oracle["greedy_ids"]));
+}
+
+#[test]
+fn batch_mode_keeps_order_reports_bad_lines_and_matches_one_shot() {
+    let tmp = std::env::temp_dir().join(format!("oxllm-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let input = tmp.join("in.jsonl");
+    let output = tmp.join("out.jsonl");
+    std::fs::write(
+        &input,
+        [
+            r#"{"prompt": "The capital of France is", "max_tokens": 4}"#,
+            r#"{"prompt": 42}"#,
+            r#"{"prompt_ids": [504, 3575, 282], "max_tokens": 3, "ignore_eos": true}"#,
+            "this is not json",
+            r#"{"prompt": "Hello", "max_tokens": 5, "temperature": 0.8, "seed": 1}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = oxllm()
+        .args(["generate", "--threads", "2", "--model"])
+        .arg(smollm2())
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("KV cache:"), "{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["index"], i);
+    }
+    assert!(lines[0]["text"].as_str().unwrap().starts_with(" Paris"));
+    assert_eq!(lines[0]["finish_reason"], "length");
+    assert!(lines[1]["error"].as_str().unwrap().contains("line 2"));
+    assert_eq!(ids(&lines[2]["ids"]).len(), 3);
+    assert!(lines[3]["error"].as_str().unwrap().contains("line 4"));
+    assert_eq!(ids(&lines[4]["ids"]).len(), 5);
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let tmp = std::env::temp_dir().join(format!("oxllm-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |args: &[&str]| {
+        let out = oxllm().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        err
+    };
+    let missing = tmp.join("nope.gguf");
+    let err = run(&[
+        "generate",
+        "--prompt",
+        "x",
+        "--model",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(err.contains("not found"), "{err}");
+
+    let truncated = tmp.join("truncated.gguf");
+    let bytes = std::fs::read(smollm2()).unwrap();
+    std::fs::write(&truncated, &bytes[..1 << 20]).unwrap();
+    let err = run(&[
+        "generate",
+        "--prompt",
+        "x",
+        "--model",
+        truncated.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("truncated") || err.contains("past the end") || err.contains("out of bounds"),
+        "{err}"
+    );
+
+    let garbage = tmp.join("garbage.gguf");
+    std::fs::write(&garbage, b"not a gguf file at all").unwrap();
+    let err = run(&[
+        "generate",
+        "--prompt",
+        "x",
+        "--model",
+        garbage.to_str().unwrap(),
+    ]);
+    assert!(err.to_lowercase().contains("magic"), "{err}");
+
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let err = run(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt-ids",
+        "1,2,99999999",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(err.contains("vocabulary"), "{err}");
+    let err = run(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "x",
+        "--max-tokens",
+        "100000",
+    ]);
+    assert!(err.contains("context length"), "{err}");
+    let err = run(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "x",
+        "--temperature=-1",
+    ]);
+    assert!(err.contains("temperature"), "{err}");
+    std::fs::remove_dir_all(&tmp).ok();
+}
