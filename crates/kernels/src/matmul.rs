@@ -14,6 +14,9 @@ use oxllm_core::DType;
 use crate::pool::{split_range, SharedMut, ThreadPool};
 use crate::quant::{self, QuantError, VecDotFn};
 
+#[cfg(target_arch = "x86_64")]
+mod tile_avx2;
+
 /// A 2-D weight matrix `[rows = out features, cols = in features]` in its storage format.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
@@ -173,15 +176,49 @@ pub fn quantize_acts(
 const TILE_ROWS: usize = 16;
 
 /// `out[i * w.rows() + j] = dot(x_i, w_j)` for every activation row `i` and weight row `j`.
+///
+/// Batch invariant: each output element is bit-identical whatever the number of activation
+/// rows and wherever the row sits in the batch (every output is reduced by the same sequence of
+/// operations; see `tile_avx2`). Q4_0, Q4_1 and Q8_0 weights with 8-bit activations use the
+/// register-blocked AVX2 kernels where the CPU has them; other formats (and other CPUs) use one
+/// dot per (activation row, weight row) pair ([`matmul_pairwise`]).
 pub fn matmul(
     pool: &ThreadPool,
     w: &QMatrix,
     acts: &QuantizedActs,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
+    check_shapes(w, acts, out);
+    #[cfg(target_arch = "x86_64")]
+    if !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
+        use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
+        match w.dtype {
+            DType::Q4_1 => return Ok(tiled::<Q4_1Q8_1>(pool, w, acts, out)),
+            DType::Q4_0 => return Ok(tiled::<Q4_0Q8_0>(pool, w, acts, out)),
+            DType::Q8_0 => return Ok(tiled::<Q8_0Q8_0>(pool, w, acts, out)),
+            _ => {}
+        }
+    }
+    matmul_pairwise(pool, w, acts, out)
+}
+
+fn check_shapes(w: &QMatrix, acts: &QuantizedActs, out: &[f32]) {
     assert_eq!(acts.cols, w.cols, "inner dimension");
     assert_eq!(acts.dtype, w.activation_dtype(), "activation format");
     assert_eq!(out.len(), acts.rows * w.rows, "output shape");
+}
+
+/// The plain path of [`matmul`]: one `vec_dot` per (activation row, weight row) pair, tiles of
+/// 16 weight rows handed out by an atomic counter. Works for every format; batch invariant
+/// because each output is one call of the same dot function. Kept public as the baseline of
+/// the benches and the reference of the tests.
+pub fn matmul_pairwise(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    check_shapes(w, acts, out);
     let dot: VecDotFn = if w.f32_activations {
         crate::weight_dot::vec_dot_f32_acts(w.dtype)?
     } else {
@@ -209,6 +246,104 @@ pub fn matmul(
         }
     });
     Ok(())
+}
+
+/// Register-blocked GEMM: tiles of (`wt` weight rows) x (`at` chunks of 8 activation rows),
+/// handed out by an atomic counter; inside a tile each chunk of activation rows stays in L1
+/// while the tile's weight rows (sized to fit L1 too) pass over it, one weight row at a time
+/// against the whole chunk.
+#[cfg(target_arch = "x86_64")]
+fn tiled<F: tile_avx2::Format>(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    use tile_avx2::CH;
+    let nb = w.cols / quant::QK;
+    let (m, n) = (acts.rows, w.rows);
+    assert!(w.row_bytes == nb * F::W_BYTES && acts.row_bytes == nb * F::A_BYTES);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let chunks = m.div_ceil(CH);
+    let act_row = |i: usize| acts.data[i * acts.row_bytes..].as_ptr();
+    // Activation scales as f32, transposed per chunk: [chunk][block][lane].
+    let mut ad = vec![0f32; chunks * nb * CH];
+    let mut asum = vec![0f32; chunks * nb * CH];
+    for ch in 0..chunks {
+        let rows: Vec<*const u8> = (ch * CH..(ch * CH + CH).min(m)).map(act_row).collect();
+        let span = ch * nb * CH..(ch + 1) * nb * CH;
+        // SAFETY: AVX2+FMA+F16C checked by the caller; each row holds nb blocks (assert above).
+        unsafe { tile_avx2::act_scales::<F>(nb, &rows, &mut ad[span.clone()], &mut asum[span]) };
+    }
+    let wt = if m <= CH {
+        // Decode: small tiles so two threads balance.
+        TILE_ROWS
+    } else {
+        ((12 * 1024) / w.row_bytes.max(1)).clamp(8, 64) / 4 * 4
+    };
+    let at = 8; // chunks per tile: 64 activation rows
+    let (n_wt, n_at) = (n.div_ceil(wt), chunks.div_ceil(at));
+    let tiles = n_wt * n_at;
+    let next = AtomicUsize::new(0);
+    let out_ptr = SharedMut::new(out);
+    let (ad, asum) = (&ad[..], &asum[..]);
+    pool.run(|_, _| loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= tiles {
+            break;
+        }
+        let (wi, ai) = (t % n_wt, t / n_wt);
+        let (j0, j1) = (wi * wt, (wi * wt + wt).min(n));
+        for ch in ai * at..(ai * at + at).min(chunks) {
+            let r0 = ch * CH;
+            let rows: [*const u8; CH] = std::array::from_fn(|c| act_row((r0 + c).min(m - 1)));
+            let scales = (ad[ch * nb * CH..].as_ptr(), asum[ch * nb * CH..].as_ptr());
+            for j in j0..j1 {
+                let wp = w.data[j * w.row_bytes..].as_ptr();
+                // SAFETY: CPU checked; pointers address whole rows of nb blocks; the outputs
+                // (r0 + c, j) of this tile are written by this tile only.
+                unsafe {
+                    match m - r0 {
+                        1 => chunk::<F, 1>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        2 => chunk::<F, 2>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        3 => chunk::<F, 3>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        4 => chunk::<F, 4>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        5 => chunk::<F, 5>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        6 => chunk::<F, 6>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        7 => chunk::<F, 7>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                        _ => chunk::<F, 8>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// One weight row `j` against activation rows `r0..r0 + C`, written to `out[(r0 + c) * n + j]`.
+///
+/// # Safety
+/// As `tile_avx2::row_chunk`; the outputs must be in bounds and owned by the caller's tile.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn chunk<F: tile_avx2::Format, const C: usize>(
+    nb: usize,
+    wp: *const u8,
+    rows: &[*const u8; tile_avx2::CH],
+    (ad, asum): (*const f32, *const f32),
+    out: &SharedMut<f32>,
+    n: usize,
+    r0: usize,
+    j: usize,
+) {
+    let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
+    let mut o = [0f32; C];
+    tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
+    for (c, v) in o.into_iter().enumerate() {
+        out.slice((r0 + c) * n + j, 1)[0] = v;
+    }
 }
 
 /// Adds `bias` to every row of `out` (rows of `bias.len()`).
