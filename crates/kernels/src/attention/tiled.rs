@@ -1,0 +1,242 @@
+//! AVX2+FMA paged attention over query tiles (x86_64, `head_dim % 8 == 0`).
+//!
+//! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence).
+//! Keys are visited in blocks of [`KB`]; each K row of a block is loaded once for all the
+//! tile's queries, and so is each V row. Per query the computation is fixed:
+//! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
+//!   reduction tree of [`dot4`] (keys are taken four at a time, padded with a repeated key, so a
+//!   key's score never depends on its neighbours);
+//! - softmax over its own `0..=pos` scores (`ops::softmax_in_place`);
+//! - out = lane-wise fma over p ascending of weight(p) * v_p, starting from 0.
+//!
+//! None of these depend on which other queries share the tile or the batch, so results are
+//! batch invariant bit for bit.
+
+use std::arch::x86_64::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::{AttnMetadata, AttnShape};
+use crate::ops::softmax_in_place;
+use crate::pool::{SharedMut, ThreadPool};
+
+/// Queries per tile.
+const QT: usize = 8;
+/// Keys per block (K and V rows of a block stay in L1 while the tile passes over them).
+const KB: usize = 32;
+
+pub(super) fn paged_attention_tiled(
+    pool: &ThreadPool,
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    meta: &AttnMetadata<'_>,
+    shape: AttnShape,
+    out: &mut [f32],
+) {
+    let AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale,
+    } = shape;
+    assert!(head_dim % 8 == 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    let q_width = n_heads * head_dim;
+    let kv_width = n_kv_heads * head_dim;
+    let group = n_heads / n_kv_heads;
+    assert_eq!(out.len(), q.len());
+    assert_eq!(q.len() % q_width, 0);
+    // Rows of no sequence (padding) and of empty sequences stay zero.
+    out.fill(0.0);
+    let num_seqs = meta.seq_lens.len();
+    // Items: (sequence, first query row, queries, head).
+    let mut items: Vec<[u32; 4]> = Vec::new();
+    let mut max_len = 0usize;
+    for s in 0..num_seqs {
+        let (a, b) = (
+            meta.query_start_loc[s] as usize,
+            meta.query_start_loc[s + 1] as usize,
+        );
+        let seq_len = meta.seq_lens[s] as usize;
+        if seq_len == 0 || b <= a {
+            continue;
+        }
+        assert!(seq_len >= b - a, "sequence {s}: more queries than context");
+        assert!(
+            b * q_width <= q.len(),
+            "sequence {s}: query rows out of range"
+        );
+        max_len = max_len.max(seq_len);
+        for t0 in (a..b).step_by(QT) {
+            let nq = (b - t0).min(QT);
+            for h in 0..n_heads {
+                items.push([s as u32, t0 as u32, nq as u32, h as u32]);
+            }
+        }
+    }
+    if items.is_empty() {
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    let out_ptr = SharedMut::new(out);
+    pool.run(|_, _| {
+        let mut scores = vec![0f32; QT * max_len];
+        let mut offs = vec![0usize; max_len];
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= items.len() {
+                break;
+            }
+            let [s, t0, nq, h] = items[i].map(|x| x as usize);
+            let q_start = meta.query_start_loc[s] as usize;
+            let q_len = meta.query_start_loc[s + 1] as usize - q_start;
+            let seq_len = meta.seq_lens[s] as usize;
+            let kvh = h / group;
+            let first_pos = seq_len - q_len + (t0 - q_start);
+            let ctx_max = first_pos + nq;
+            let table = &meta.block_tables[s * meta.block_table_stride..];
+            for (p, o) in offs[..ctx_max].iter_mut().enumerate() {
+                let slot =
+                    table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
+                let off = slot * kv_width + kvh * head_dim;
+                assert!(off + head_dim <= k_cache.len() && off + head_dim <= v_cache.len());
+                *o = off;
+            }
+            let qs: [*const f32; QT] = std::array::from_fn(|j| {
+                q[(t0 + j.min(nq - 1)) * q_width + h * head_dim..][..head_dim].as_ptr()
+            });
+            let outs: [*mut f32; QT] = std::array::from_fn(|j| {
+                // SAFETY: each (token, head) output row belongs to exactly one item.
+                unsafe {
+                    out_ptr
+                        .slice((t0 + j.min(nq - 1)) * q_width + h * head_dim, head_dim)
+                        .as_mut_ptr()
+                }
+            });
+            let tile = Tile {
+                nq,
+                first_ctx: first_pos + 1,
+                head_dim,
+                scale,
+                offs: &offs[..ctx_max],
+                k: k_cache.as_ptr(),
+                v: v_cache.as_ptr(),
+                stride: max_len,
+            };
+            // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
+            // query/output rows hold head_dim floats, scores hold nq * max_len floats.
+            unsafe { tile.run(&qs, &outs, &mut scores) };
+        }
+    });
+}
+
+struct Tile<'a> {
+    nq: usize,
+    /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j` keys.
+    first_ctx: usize,
+    head_dim: usize,
+    scale: f32,
+    offs: &'a [usize],
+    k: *const f32,
+    v: *const f32,
+    stride: usize,
+}
+
+impl Tile<'_> {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run(&self, qs: &[*const f32; QT], outs: &[*mut f32; QT], scores: &mut [f32]) {
+        let (nq, hd) = (self.nq, self.head_dim);
+        let ctx_max = self.first_ctx + nq - 1;
+        let sc = scores.as_mut_ptr();
+        // Scores, one block of keys at a time.
+        for p0 in (0..ctx_max).step_by(KB) {
+            let p1 = (p0 + KB).min(ctx_max);
+            for (j, &qp) in qs.iter().enumerate().take(nq) {
+                let pe = p1.min(self.first_ctx + j);
+                let row = sc.add(j * self.stride);
+                let mut p = p0;
+                while p < pe {
+                    let ks: [*const f32; 4] =
+                        std::array::from_fn(|u| self.k.add(self.offs[(p + u).min(pe - 1)]));
+                    let d = dot4(qp, ks, hd);
+                    for (u, &dv) in d.iter().enumerate().take(pe - p) {
+                        *row.add(p + u) = dv * self.scale;
+                    }
+                    p += 4;
+                }
+            }
+        }
+        for j in 0..nq {
+            let ctx = self.first_ctx + j;
+            softmax_in_place(&mut scores[j * self.stride..][..ctx]);
+        }
+        let sc = scores.as_ptr();
+        // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
+        for p0 in (0..ctx_max).step_by(KB) {
+            let p1 = (p0 + KB).min(ctx_max);
+            for (j, &op) in outs.iter().enumerate().take(nq) {
+                let pe = p1.min(self.first_ctx + j);
+                if pe <= p0 {
+                    continue;
+                }
+                let w = sc.add(j * self.stride);
+                let mut d0 = 0;
+                while d0 + 64 <= hd {
+                    self.axpy::<8>(op.add(d0), w, p0, pe, d0);
+                    d0 += 64;
+                }
+                while d0 < hd {
+                    self.axpy::<1>(op.add(d0), w, p0, pe, d0);
+                    d0 += 8;
+                }
+            }
+        }
+    }
+
+    /// `o[0..8 * NC] += w[p] * v_p[d0..d0 + 8 * NC]` for p in `p0..pe`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn axpy<const NC: usize>(
+        &self,
+        o: *mut f32,
+        w: *const f32,
+        p0: usize,
+        pe: usize,
+        d0: usize,
+    ) {
+        let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
+        for p in p0..pe {
+            let wv = _mm256_set1_ps(*w.add(p));
+            let vr = self.v.add(self.offs[p] + d0);
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * c)), *a);
+            }
+        }
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * c), *a);
+        }
+    }
+}
+
+/// Dots of `q` with four key rows (`hd` floats each, `hd % 8 == 0`): one fma chain per key over
+/// 8-lane chunks, then the same pairwise reduction tree for every key.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4(q: *const f32, k: [*const f32; 4], hd: usize) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut d = 0;
+    while d < hd {
+        let qv = _mm256_loadu_ps(q.add(d));
+        for (a, kp) in acc.iter_mut().zip(k) {
+            *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(d)), *a);
+        }
+        d += 8;
+    }
+    // Lanes per key: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+    let h01 = _mm256_hadd_ps(acc[0], acc[1]);
+    let h23 = _mm256_hadd_ps(acc[2], acc[3]);
+    let h = _mm256_hadd_ps(h01, h23);
+    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let mut r = [0f32; 4];
+    _mm_storeu_ps(r.as_mut_ptr(), s);
+    r
+}
