@@ -6,6 +6,7 @@
 //! [`Tokenizer::incremental_decoder`]. Every fallible call returns [`TokError`].
 
 mod byte_alphabet;
+mod chat_template;
 mod error;
 mod gguf_file;
 mod gguf_vocab;
@@ -14,6 +15,7 @@ mod incremental;
 pub mod pretok;
 mod tokenizer;
 
+pub use chat_template::{ChatTemplate, ChatTemplateError, ChatTemplateInputs};
 pub use error::TokError;
 pub use gguf_vocab::{GgufVocab, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 pub use incremental::IncrementalDecoder;
