@@ -1,0 +1,233 @@
+//! `bench generate`: the engine without HTTP, for kernel and plan work.
+//!
+//! What is timed, exactly:
+//! - prefill: one request of `prompt_len` tokens (distinct random text per repetition, prefix
+//!   caching off) with `max_tokens` 1, alone in the engine; wall time from `submit` to the
+//!   arrival of its first token = the prefill forward pass (one step when `prompt_len` ≤
+//!   `max_num_batched_tokens`, else chunked) + sampling one token + a channel hop.
+//!   tokens/s = `prompt_len` / that time.
+//! - decode: `batch_size` requests of `decode_prompt_len` tokens each, `output_len` tokens each,
+//!   `ignore_eos`, submitted together. The clock starts when the last request's first token
+//!   arrives (every prefill is done) and stops when the last token of any request arrives;
+//!   tokens/s = tokens that arrived inside that window / its length. Prefill is excluded; the
+//!   window is pure batched decode (plus per-step scheduling and sampling).
+//!
+//! One warm-up request runs first (thread pool start, page faults on the mapped weights).
+
+use std::path::Path;
+use std::time::Instant;
+
+use oxllm_engine::{Engine, EngineConfig, GenerationRequest, RequestEvent, RequestStream};
+use oxllm_models::{load_model, ModelFile};
+use oxllm_sample::SamplingParams;
+use oxllm_tok::Tokenizer;
+use serde::Serialize;
+
+use crate::error::{BenchError, Result};
+use crate::workload::{random_words, SplitMix64};
+
+#[derive(Clone, Debug)]
+pub struct GenerateBench {
+    pub prompt_lens: Vec<usize>,
+    pub batch_sizes: Vec<usize>,
+    pub output_len: usize,
+    pub decode_prompt_len: usize,
+    pub repeats: usize,
+    pub threads: usize,
+    pub max_num_batched_tokens: usize,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GenerateRecord {
+    /// "generate".
+    pub kind: String,
+    /// "prefill" or "decode".
+    pub phase: String,
+    pub repetition: usize,
+    pub prompt_len: usize,
+    pub batch_size: usize,
+    pub output_len: usize,
+    pub tokens_timed: usize,
+    pub seconds: f64,
+    pub tokens_per_s: f64,
+    pub timed: String,
+}
+
+fn ids_of_len(
+    tok: Option<&Tokenizer>,
+    vocab: usize,
+    len: usize,
+    rng: &mut SplitMix64,
+) -> Result<Vec<u32>> {
+    let Some(tok) = tok else {
+        return Ok((0..len).map(|_| rng.below(vocab.max(1)) as u32).collect());
+    };
+    let mut ids = Vec::new();
+    while ids.len() < len {
+        let text = format!(" {}", random_words(rng, len.max(8)));
+        ids.extend(
+            tok.encode(&text, false)
+                .map_err(|e| BenchError::Engine(e.to_string()))?,
+        );
+    }
+    ids.truncate(len);
+    Ok(ids)
+}
+
+fn request(ids: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        prompt_ids: ids,
+        params: SamplingParams {
+            max_tokens,
+            ignore_eos: true,
+            ..SamplingParams::greedy()
+        },
+        choice: 0,
+    }
+}
+
+/// (arrival time, tokens) of each delta until the stream ends.
+fn drain(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
+    let mut out = Vec::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            RequestEvent::Delta { token_ids, .. } => {
+                if !token_ids.is_empty() {
+                    out.push((Instant::now(), token_ids.len()));
+                }
+            }
+            RequestEvent::Finished { .. } => return Ok(out),
+            RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
+        }
+    }
+    Err(BenchError::Engine("the engine stopped mid-request".into()))
+}
+
+/// Loads the model and runs the benchmark; `sink` gets each record as it is measured.
+pub fn run_generate(
+    model_path: &Path,
+    b: &GenerateBench,
+    mut sink: impl FnMut(&GenerateRecord) -> Result<()>,
+) -> Result<()> {
+    if b.repeats == 0 || b.output_len < 2 || b.threads == 0 {
+        return Err(BenchError::Config(
+            "--repeats and --threads must be >= 1 and --output-len >= 2".into(),
+        ));
+    }
+    let (file, model) = load_model(model_path).map_err(|e| BenchError::Engine(e.to_string()))?;
+    let tok = match &file {
+        ModelFile::Gguf(g) => {
+            Some(Tokenizer::from_gguf(g).map_err(|e| BenchError::Engine(e.to_string()))?)
+        }
+        ModelFile::Hf(d) if d.path().join("tokenizer.json").exists() => {
+            Some(Tokenizer::from_hf_dir(d.path()).map_err(|e| BenchError::Engine(e.to_string()))?)
+        }
+        ModelFile::Hf(_) => None,
+    };
+    let vocab = model.config.vocab_size;
+    let max_batch = b.batch_sizes.iter().copied().max().unwrap_or(1).max(1);
+    let config = EngineConfig {
+        max_num_seqs: max_batch,
+        max_num_batched_tokens: b.max_num_batched_tokens,
+        enable_prefix_caching: false,
+        threads: b.threads,
+        ..EngineConfig::default()
+    };
+    let engine =
+        Engine::start(model, tok.clone(), config).map_err(|e| BenchError::Engine(e.to_string()))?;
+    let h = engine.handle();
+    let submit = |r| h.submit(r).map_err(|e| BenchError::Engine(e.to_string()));
+    let mut rng = SplitMix64::new(b.seed);
+
+    drain(submit(request(
+        ids_of_len(tok.as_ref(), vocab, 16, &mut rng)?,
+        4,
+    ))?)?;
+
+    for &len in &b.prompt_lens {
+        for rep in 0..b.repeats {
+            let ids = ids_of_len(tok.as_ref(), vocab, len, &mut rng)?;
+            let t0 = Instant::now();
+            let mut s = submit(request(ids, 1))?;
+            let mut first = None;
+            while let Some(ev) = s.blocking_next() {
+                match ev {
+                    RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
+                        first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+                    }
+                    RequestEvent::Finished { .. } => break,
+                    RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
+                    RequestEvent::Delta { .. } => {}
+                }
+            }
+            let secs = first.ok_or_else(|| BenchError::Engine("no token came back".into()))?;
+            sink(&GenerateRecord {
+                kind: "generate".into(),
+                phase: "prefill".into(),
+                repetition: rep,
+                prompt_len: len,
+                batch_size: 1,
+                output_len: 1,
+                tokens_timed: len,
+                seconds: secs,
+                tokens_per_s: len as f64 / secs.max(1e-12),
+                timed: "submit -> first token of one request with max_tokens 1 (prefill forward + 1 sample)".into(),
+            })?;
+        }
+    }
+
+    for &bs in &b.batch_sizes {
+        for rep in 0..b.repeats {
+            let streams = (0..bs)
+                .map(|_| {
+                    submit(request(
+                        ids_of_len(tok.as_ref(), vocab, b.decode_prompt_len, &mut rng)?,
+                        b.output_len,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let timelines = std::thread::scope(|sc| {
+                let hs: Vec<_> = streams
+                    .into_iter()
+                    .map(|s| sc.spawn(move || drain(s)))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join()
+                            .map_err(|_| BenchError::Engine("a reader thread panicked".into()))?
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            let start = timelines
+                .iter()
+                .filter_map(|t| t.first().map(|x| x.0))
+                .max()
+                .ok_or_else(|| BenchError::Engine("no tokens came back".into()))?;
+            let end = timelines
+                .iter()
+                .filter_map(|t| t.last().map(|x| x.0))
+                .max()
+                .unwrap_or(start);
+            let tokens: usize = timelines
+                .iter()
+                .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
+                .sum();
+            let secs = (end - start).as_secs_f64();
+            sink(&GenerateRecord {
+                kind: "generate".into(),
+                phase: "decode".into(),
+                repetition: rep,
+                prompt_len: b.decode_prompt_len,
+                batch_size: bs,
+                output_len: b.output_len,
+                tokens_timed: tokens,
+                seconds: secs,
+                tokens_per_s: tokens as f64 / secs.max(1e-12),
+                timed: "last request's first token -> last token of the batch; tokens arriving in that window".into(),
+            })?;
+        }
+    }
+    engine.shutdown();
+    Ok(())
+}
