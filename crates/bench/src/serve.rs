@@ -185,3 +185,12 @@ pub fn runs_table(records: &[RunRecord]) -> String {
     s.push_str("(times in ms unless marked; TTFT/TPOT/ITL/E2EL means and p90s are in the JSONL)\n");
     s
 }
+
+/// Runs `f` on a single-threaded tokio runtime: the load generator needs little CPU, and one
+/// thread leaves the most cores to a server on the same machine.
+pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(rt.block_on(f))
+}

@@ -1,6 +1,7 @@
 //! The `oxllm` command line: `generate` runs one prompt through a model.
 
 mod batch;
+mod bench;
 mod generate;
 mod sampling;
 
@@ -18,12 +19,15 @@ struct Cli {
 enum Command {
     /// Generate a continuation of one prompt.
     Generate(generate::GenerateArgs),
+    /// Benchmarks: `serve` (load generator against OpenAI-compatible servers), `report`, `generate`.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result: Result<()> = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
