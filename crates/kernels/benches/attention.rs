@@ -1,0 +1,65 @@
+//! paged_attention: a 512-token prefill and a decode step at context 512 with SmolLM2's shape
+//! (9 heads, 3 kv heads, head_dim 64, block size 16), the tiled AVX2 path against the scalar
+//! path, 2 threads. Run: `cargo bench -p oxllm-kernels --bench attention`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use oxllm_kernels::attention::{
+    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape,
+};
+use oxllm_kernels::pool::ThreadPool;
+use std::time::Duration;
+
+fn bench(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let shape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    let (qw, kw, bs, len) = (9 * 64, 3 * 64, 16, 512usize);
+    let val = |i: usize, m: usize| ((i * m % 61) as f32 - 30.0) * 0.01;
+    let k: Vec<f32> = (0..len * kw).map(|i| val(i, 7)).collect();
+    let v: Vec<f32> = (0..len * kw).map(|i| val(i, 11)).collect();
+    // Blocks in reverse order, so the table matters.
+    let n_blocks = len / bs;
+    let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
+    let slots: Vec<i32> = (0..len)
+        .map(|p| (table[p / bs] as usize * bs + p % bs) as i32)
+        .collect();
+    let mut kc = vec![0f32; len * kw];
+    let mut vc = vec![0f32; len * kw];
+    store_kv(&mut kc, &mut vc, &slots, &k, &v, kw);
+    let mut g = c.benchmark_group("attention");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    for q_len in [len, 1] {
+        let q: Vec<f32> = (0..q_len * qw).map(|i| val(i, 13)).collect();
+        let qsl = [0, q_len as u32];
+        let lens = [len as u32];
+        let meta = AttnMetadata {
+            query_start_loc: &qsl,
+            seq_lens: &lens,
+            block_tables: &table,
+            block_table_stride: n_blocks,
+            block_size: bs,
+        };
+        let mut out = vec![0f32; q.len()];
+        let id = if q_len == 1 {
+            "decode_ctx512"
+        } else {
+            "prefill512"
+        };
+        g.bench_function(format!("tiled/{id}"), |b| {
+            b.iter(|| paged_attention(&pool, &q, &kc, &vc, &meta, shape, &mut out))
+        });
+        g.bench_function(format!("scalar/{id}"), |b| {
+            b.iter(|| paged_attention_scalar(&pool, &q, &kc, &vc, &meta, shape, &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,62 @@
+//! matmul: Q4_1 weights (576x576, 1536x576, 576x1536 as out x in) at m = 1 (decode) and
+//! m = 512 (prefill), the register-blocked path (`matmul`) against the pairwise baseline
+//! (`matmul_pairwise`), 2 threads. Run: `cargo bench -p oxllm-kernels --bench matmul`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use oxllm_kernels::matmul::{matmul, matmul_pairwise, quantize_acts, QMatrix};
+use oxllm_kernels::pool::ThreadPool;
+use oxllm_kernels::quant::DType;
+use std::time::Duration;
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) as u32
+    }
+    fn f(&mut self) -> f32 {
+        self.next() as f32 / (1u64 << 31) as f32 - 0.5
+    }
+}
+
+fn q4_1_matrix(rng: &mut Lcg, rows: usize, cols: usize) -> QMatrix {
+    let len = DType::Q4_1.row_bytes(cols).unwrap() * rows;
+    let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for blk in b.chunks_exact_mut(20) {
+        blk[0..2].copy_from_slice(&scale);
+        blk[2..4].copy_from_slice(&scale);
+    }
+    QMatrix::new(DType::Q4_1, rows, cols, b).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(7);
+    let mut g = c.benchmark_group("matmul_q4_1");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    for (n, k) in [(576, 576), (1536, 576), (576, 1536)] {
+        let w = q4_1_matrix(&mut rng, n, k);
+        for m in [1usize, 512] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+            let acts = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
+            let mut out = vec![0f32; m * n];
+            let id = format!("{n}x{k}_m{m}");
+            g.bench_function(format!("tiled/{id}"), |b| {
+                b.iter(|| matmul(&pool, &w, &acts, &mut out).unwrap())
+            });
+            g.bench_function(format!("pairwise/{id}"), |b| {
+                b.iter(|| matmul_pairwise(&pool, &w, &acts, &mut out).unwrap())
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
