@@ -77,7 +77,7 @@ pub fn paged_attention(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if shape.head_dim % 8 == 0
+    if shape.head_dim.is_multiple_of(8)
         && shape.head_dim > 0
         && crate::quant::detected_isa() == crate::quant::Isa::Avx2
     {
@@ -289,14 +289,12 @@ mod tests {
         );
     }
 
+    /// (keys, values, block table, query count, query rows) of one sequence.
+    type Seq<'a> = (&'a [f32], &'a [f32], &'a [u32], usize, &'a [f32]);
+
     /// Builds a paged cache holding `seqs` (each: keys, values, block table) and runs attention
     /// over the given query rows of each sequence (the last `q_len` positions).
-    fn run_seqs(
-        shape: AttnShape,
-        bs: usize,
-        seqs: &[(&[f32], &[f32], &[u32], usize, &[f32])],
-        scalar: bool,
-    ) -> Vec<f32> {
+    fn run_seqs(shape: AttnShape, bs: usize, seqs: &[Seq<'_>], scalar: bool) -> Vec<f32> {
         let pool = ThreadPool::new(2);
         let kw = shape.n_kv_heads * shape.head_dim;
         let stride = seqs.iter().map(|s| s.2.len()).max().unwrap();

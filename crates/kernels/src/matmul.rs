@@ -175,6 +175,9 @@ pub fn quantize_acts(
 
 const TILE_ROWS: usize = 16;
 
+#[cfg(target_arch = "x86_64")]
+type MatmulFn = fn(&ThreadPool, &QMatrix, &QuantizedActs, &mut [f32]);
+
 /// `out[i * w.rows() + j] = dot(x_i, w_j)` for every activation row `i` and weight row `j`.
 ///
 /// Batch invariant: each output element is bit-identical whatever the number of activation
@@ -192,11 +195,15 @@ pub fn matmul(
     #[cfg(target_arch = "x86_64")]
     if !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
         use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
-        match w.dtype {
-            DType::Q4_1 => return Ok(tiled::<Q4_1Q8_1>(pool, w, acts, out)),
-            DType::Q4_0 => return Ok(tiled::<Q4_0Q8_0>(pool, w, acts, out)),
-            DType::Q8_0 => return Ok(tiled::<Q8_0Q8_0>(pool, w, acts, out)),
-            _ => {}
+        let run: Option<MatmulFn> = match w.dtype {
+            DType::Q4_1 => Some(tiled::<Q4_1Q8_1>),
+            DType::Q4_0 => Some(tiled::<Q4_0Q8_0>),
+            DType::Q8_0 => Some(tiled::<Q8_0Q8_0>),
+            _ => None,
+        };
+        if let Some(run) = run {
+            run(pool, w, acts, out);
+            return Ok(());
         }
     }
     matmul_pairwise(pool, w, acts, out)

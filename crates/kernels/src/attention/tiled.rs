@@ -39,7 +39,7 @@ pub(super) fn paged_attention_tiled(
         head_dim,
         scale,
     } = shape;
-    assert!(head_dim % 8 == 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    assert!(head_dim.is_multiple_of(8) && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     let q_width = n_heads * head_dim;
     let kv_width = n_kv_heads * head_dim;
     let group = n_heads / n_kv_heads;
