@@ -78,6 +78,7 @@ pub fn paged_attention(
 ) {
     #[cfg(target_arch = "x86_64")]
     if shape.head_dim.is_multiple_of(8)
+        && std::env::var_os("OXLLM_ATTN_SCALAR").is_none()
         && shape.head_dim > 0
         && crate::quant::detected_isa() == crate::quant::Isa::Avx2
     {
@@ -127,7 +128,7 @@ pub fn paged_attention_scalar(
     const CHUNK: usize = 4;
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
-    pool.run(|_, _| {
+    pool.run_dynamic(|_, _| {
         let mut scores = vec![0f32; max_len];
         let mut acc = vec![0f32; head_dim];
         loop {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use oxllm_core::DType;
 
-use crate::pool::{split_range, SharedMut, ThreadPool};
+use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::{self, QuantError, VecDotFn};
 
 #[cfg(target_arch = "x86_64")]
@@ -148,10 +148,17 @@ pub fn quantize_acts(
     } else {
         let out = SharedMut::new(&mut data);
         let failed = std::sync::atomic::AtomicBool::new(false);
-        pool.run(|t, n| {
-            let r = split_range(rows, t, n);
-            let dst = unsafe { out.slice(r.start * row_bytes, r.len() * row_bytes) };
-            for (i, row) in r.clone().enumerate() {
+        const ROWS_PER_CHUNK: usize = 8;
+        let next = AtomicUsize::new(0);
+        pool.run_dynamic(|_, _| loop {
+            let start = next.fetch_add(ROWS_PER_CHUNK, Ordering::Relaxed);
+            if start >= rows {
+                break;
+            }
+            let end = (start + ROWS_PER_CHUNK).min(rows);
+            // SAFETY: each chunk of rows is claimed by exactly one thread.
+            let dst = unsafe { out.slice(start * row_bytes, (end - start) * row_bytes) };
+            for (i, row) in (start..end).enumerate() {
                 let src = &x[row * cols..(row + 1) * cols];
                 if quant::quantize_row(dtype, src, &mut dst[i * row_bytes..(i + 1) * row_bytes])
                     .is_err()
@@ -175,8 +182,14 @@ pub fn quantize_acts(
 
 const TILE_ROWS: usize = 16;
 
-#[cfg(target_arch = "x86_64")]
-type MatmulFn = fn(&ThreadPool, &QMatrix, &QuantizedActs, &mut [f32]);
+/// Weight rows per tile for a few activation rows (decode): about 8 tiles per thread, so two
+/// threads balance while the shared tile counter is touched only a few dozen times per call
+/// (the 49152-row output head would otherwise bounce its cache line 3072 times per token).
+fn decode_tile_rows(n: usize, threads: usize) -> usize {
+    n.div_ceil(8 * threads.max(1))
+        .next_multiple_of(TILE_ROWS)
+        .clamp(TILE_ROWS, 512)
+}
 
 /// `out[i * w.rows() + j] = dot(x_i, w_j)` for every activation row `i` and weight row `j`.
 ///
@@ -191,22 +204,24 @@ pub fn matmul(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    check_shapes(w, acts, out);
-    #[cfg(target_arch = "x86_64")]
-    if !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
-        use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
-        let run: Option<MatmulFn> = match w.dtype {
-            DType::Q4_1 => Some(tiled::<Q4_1Q8_1>),
-            DType::Q4_0 => Some(tiled::<Q4_0Q8_0>),
-            DType::Q8_0 => Some(tiled::<Q8_0Q8_0>),
-            _ => None,
-        };
-        if let Some(run) = run {
-            run(pool, w, acts, out);
-            return Ok(());
-        }
+    matmul_many(pool, &mut [(w, acts, out)])
+}
+
+/// Several products `out_k = acts_k · w_kᵀ` in one pool dispatch (e.g. Q, K and V of one
+/// quantized input, or gate and up): one barrier instead of one per matrix, which is most of
+/// the per-op cost of a decode step. Each output is bit-identical to [`matmul`]'s.
+pub fn matmul_many(
+    pool: &ThreadPool,
+    jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
+) -> Result<(), QuantError> {
+    let mut plans = Vec::with_capacity(jobs.len());
+    for (w, acts, out) in jobs.iter() {
+        check_shapes(w, acts, out);
+        plans.push(plan(pool, w, acts, false)?);
     }
-    matmul_pairwise(pool, w, acts, out)
+    let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.2)).collect();
+    execute(pool, &plans, &outs);
+    Ok(())
 }
 
 fn check_shapes(w: &QMatrix, acts: &QuantizedActs, out: &[f32]) {
@@ -216,7 +231,7 @@ fn check_shapes(w: &QMatrix, acts: &QuantizedActs, out: &[f32]) {
 }
 
 /// The plain path of [`matmul`]: one `vec_dot` per (activation row, weight row) pair, tiles of
-/// 16 weight rows handed out by an atomic counter. Works for every format; batch invariant
+/// weight rows handed out by an atomic counter. Works for every format; batch invariant
 /// because each output is one call of the same dot function. Kept public as the baseline of
 /// the benches and the reference of the tests.
 pub fn matmul_pairwise(
@@ -226,106 +241,237 @@ pub fn matmul_pairwise(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     check_shapes(w, acts, out);
+    let plan = plan(pool, w, acts, true)?;
+    execute(pool, &[plan], &[SharedMut::new(out)]);
+    Ok(())
+}
+
+/// How one product's tiles run.
+enum Plan<'a> {
+    #[cfg(target_arch = "x86_64")]
+    Tiled(TiledPlan<'a>),
+    Pairwise {
+        w: &'a QMatrix,
+        acts: &'a QuantizedActs,
+        dot: VecDotFn,
+        tile_rows: usize,
+        tiles: usize,
+    },
+}
+
+fn plan<'a>(
+    pool: &ThreadPool,
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+    force_pairwise: bool,
+) -> Result<Plan<'a>, QuantError> {
+    #[cfg(target_arch = "x86_64")]
+    if !force_pairwise
+        && std::env::var_os("OXLLM_PAIRWISE").is_none()
+        && !w.f32_activations
+        && quant::detected_isa() == quant::Isa::Avx2
+    {
+        use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
+        match w.dtype {
+            DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1>(pool, w, acts))),
+            DType::Q4_0 => return Ok(Plan::Tiled(tiled_plan::<Q4_0Q8_0>(pool, w, acts))),
+            DType::Q8_0 => return Ok(Plan::Tiled(tiled_plan::<Q8_0Q8_0>(pool, w, acts))),
+            _ => {}
+        }
+    }
+    let _ = force_pairwise;
     let dot: VecDotFn = if w.f32_activations {
         crate::weight_dot::vec_dot_f32_acts(w.dtype)?
     } else {
         quant::vec_dot(w.dtype)?
     };
-    let n_out = w.rows;
-    let m = acts.rows;
-    let tiles = n_out.div_ceil(TILE_ROWS);
-    let next = AtomicUsize::new(0);
-    let out_ptr = SharedMut::new(out);
-    pool.run(|_, _| loop {
-        let tile = next.fetch_add(1, Ordering::Relaxed);
-        if tile >= tiles {
-            break;
-        }
-        let j0 = tile * TILE_ROWS;
-        let j1 = (j0 + TILE_ROWS).min(n_out);
-        for i in 0..m {
-            let a = acts.row(i);
-            // SAFETY: tiles are disjoint column ranges of each output row.
-            let dst = unsafe { out_ptr.slice(i * n_out + j0, j1 - j0) };
-            for (d, j) in dst.iter_mut().zip(j0..j1) {
-                *d = dot(w.cols, w.row(j), a);
-            }
-        }
-    });
-    Ok(())
+    let tile_rows = if acts.rows <= 8 {
+        decode_tile_rows(w.rows, pool.n_threads())
+    } else {
+        TILE_ROWS
+    };
+    let tiles = if acts.rows == 0 {
+        0
+    } else {
+        w.rows.div_ceil(tile_rows)
+    };
+    Ok(Plan::Pairwise {
+        w,
+        acts,
+        dot,
+        tile_rows,
+        tiles,
+    })
 }
 
-/// Register-blocked GEMM: tiles of (`wt` weight rows) x (`at` chunks of 8 activation rows),
-/// handed out by an atomic counter; inside a tile each chunk of activation rows stays in L1
-/// while the tile's weight rows (sized to fit L1 too) pass over it, one weight row at a time
-/// against the whole chunk.
+impl Plan<'_> {
+    fn tiles(&self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Plan::Tiled(p) => p.tiles,
+            Plan::Pairwise { tiles, .. } => *tiles,
+        }
+    }
+
+    /// Computes tile `t`. Tiles of one plan write disjoint outputs.
+    fn run_tile(&self, t: usize, out: &SharedMut<f32>) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a tiled plan exists only after the AVX2 check; `t < tiles`.
+            Plan::Tiled(p) => unsafe { (p.run)(p, t, out) },
+            Plan::Pairwise {
+                w,
+                acts,
+                dot,
+                tile_rows,
+                ..
+            } => {
+                let n_out = w.rows;
+                let j0 = t * tile_rows;
+                let j1 = (j0 + tile_rows).min(n_out);
+                for i in 0..acts.rows {
+                    let a = acts.row(i);
+                    // SAFETY: tiles are disjoint column ranges of each output row.
+                    let dst = unsafe { out.slice(i * n_out + j0, j1 - j0) };
+                    for (d, j) in dst.iter_mut().zip(j0..j1) {
+                        *d = dot(w.cols, w.row(j), a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs every tile of every plan in one pool dispatch, handed out by one atomic counter.
+fn execute(pool: &ThreadPool, plans: &[Plan<'_>], outs: &[SharedMut<f32>]) {
+    let mut ends = Vec::with_capacity(plans.len());
+    let mut total = 0;
+    for p in plans {
+        total += p.tiles();
+        ends.push(total);
+    }
+    if total == 0 {
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    let run = |t: usize| {
+        let k = ends.iter().position(|&e| t < e).unwrap_or(0);
+        let start = if k == 0 { 0 } else { ends[k - 1] };
+        plans[k].run_tile(t - start, &outs[k]);
+    };
+    if total == 1 {
+        run(0);
+        return;
+    }
+    pool.run_dynamic(|_, _| loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= total {
+            break;
+        }
+        run(t);
+    });
+}
+
+/// A prepared register-blocked product: tiles of (`wt` weight rows) x (`at` chunks of 8
+/// activation rows); inside a tile each chunk of activation rows stays in L1 while the tile's
+/// weight rows (sized to fit L1 too) pass over it, one weight row at a time against the whole
+/// chunk.
 #[cfg(target_arch = "x86_64")]
-fn tiled<F: tile_avx2::Format>(
+struct TiledPlan<'a> {
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+    /// Activation scales as f32, transposed per chunk: `[chunk][block][lane]`.
+    ad: Vec<f32>,
+    asum: Vec<f32>,
+    nb: usize,
+    wt: usize,
+    at: usize,
+    n_wt: usize,
+    tiles: usize,
+    run: unsafe fn(&TiledPlan<'_>, usize, &SharedMut<f32>),
+}
+
+#[cfg(target_arch = "x86_64")]
+fn tiled_plan<'a, F: tile_avx2::Format>(
     pool: &ThreadPool,
-    w: &QMatrix,
-    acts: &QuantizedActs,
-    out: &mut [f32],
-) {
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+) -> TiledPlan<'a> {
     use tile_avx2::CH;
     let nb = w.cols / quant::QK;
     let (m, n) = (acts.rows, w.rows);
     assert!(w.row_bytes == nb * F::W_BYTES && acts.row_bytes == nb * F::A_BYTES);
-    if m == 0 || n == 0 {
-        return;
-    }
     let chunks = m.div_ceil(CH);
-    let act_row = |i: usize| acts.data[i * acts.row_bytes..].as_ptr();
-    // Activation scales as f32, transposed per chunk: [chunk][block][lane].
     let mut ad = vec![0f32; chunks * nb * CH];
     let mut asum = vec![0f32; chunks * nb * CH];
     for ch in 0..chunks {
-        let rows: Vec<*const u8> = (ch * CH..(ch * CH + CH).min(m)).map(act_row).collect();
+        let rows: Vec<*const u8> = (ch * CH..(ch * CH + CH).min(m))
+            .map(|i| acts.data[i * acts.row_bytes..].as_ptr())
+            .collect();
         let span = ch * nb * CH..(ch + 1) * nb * CH;
         // SAFETY: AVX2+FMA+F16C checked by the caller; each row holds nb blocks (assert above).
         unsafe { tile_avx2::act_scales::<F>(nb, &rows, &mut ad[span.clone()], &mut asum[span]) };
     }
     let wt = if m <= CH {
-        // Decode: small tiles so two threads balance.
-        TILE_ROWS
+        decode_tile_rows(n, pool.n_threads())
     } else {
         ((12 * 1024) / w.row_bytes.max(1)).clamp(8, 64) / 4 * 4
     };
     let at = 8; // chunks per tile: 64 activation rows
-    let (n_wt, n_at) = (n.div_ceil(wt), chunks.div_ceil(at));
-    let tiles = n_wt * n_at;
-    let next = AtomicUsize::new(0);
-    let out_ptr = SharedMut::new(out);
-    let (ad, asum) = (&ad[..], &asum[..]);
-    pool.run(|_, _| loop {
-        let t = next.fetch_add(1, Ordering::Relaxed);
-        if t >= tiles {
-            break;
-        }
-        let (wi, ai) = (t % n_wt, t / n_wt);
-        let (j0, j1) = (wi * wt, (wi * wt + wt).min(n));
-        for ch in ai * at..(ai * at + at).min(chunks) {
-            let r0 = ch * CH;
-            let rows: [*const u8; CH] = std::array::from_fn(|c| act_row((r0 + c).min(m - 1)));
-            let scales = (ad[ch * nb * CH..].as_ptr(), asum[ch * nb * CH..].as_ptr());
-            for j in j0..j1 {
-                let wp = w.data[j * w.row_bytes..].as_ptr();
-                // SAFETY: CPU checked; pointers address whole rows of nb blocks; the outputs
-                // (r0 + c, j) of this tile are written by this tile only.
-                unsafe {
-                    match m - r0 {
-                        1 => chunk::<F, 1>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        2 => chunk::<F, 2>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        3 => chunk::<F, 3>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        4 => chunk::<F, 4>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        5 => chunk::<F, 5>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        6 => chunk::<F, 6>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        7 => chunk::<F, 7>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                        _ => chunk::<F, 8>(nb, wp, &rows, scales, &out_ptr, n, r0, j),
-                    }
-                }
+    let n_wt = n.div_ceil(wt);
+    let tiles = if m == 0 {
+        0
+    } else {
+        n_wt * chunks.div_ceil(at)
+    };
+    TiledPlan {
+        w,
+        acts,
+        ad,
+        asum,
+        nb,
+        wt,
+        at,
+        n_wt,
+        tiles,
+        run: tiled_tile::<F>,
+    }
+}
+
+/// # Safety
+/// AVX2+FMA+F16C available; `t < p.tiles`; `out` is the plan's output.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tiled_tile<F: tile_avx2::Format>(p: &TiledPlan<'_>, t: usize, out: &SharedMut<f32>) {
+    use tile_avx2::CH;
+    let (w, acts, nb, wt, at) = (p.w, p.acts, p.nb, p.wt, p.at);
+    let (m, n) = (acts.rows, w.rows);
+    let chunks = m.div_ceil(CH);
+    let (wi, ai) = (t % p.n_wt, t / p.n_wt);
+    let (j0, j1) = (wi * wt, (wi * wt + wt).min(n));
+    let act_row = |i: usize| acts.data[i * acts.row_bytes..].as_ptr();
+    for ch in ai * at..(ai * at + at).min(chunks) {
+        let r0 = ch * CH;
+        let rows: [*const u8; CH] = std::array::from_fn(|c| act_row((r0 + c).min(m - 1)));
+        let scales = (
+            p.ad[ch * nb * CH..].as_ptr(),
+            p.asum[ch * nb * CH..].as_ptr(),
+        );
+        for j in j0..j1 {
+            let wp = w.data[j * w.row_bytes..].as_ptr();
+            // Pointers address whole rows of nb blocks; the outputs (r0 + c, j) of this tile
+            // are written by this tile only.
+            match m - r0 {
+                1 => chunk::<F, 1>(nb, wp, &rows, scales, out, n, r0, j),
+                2 => chunk::<F, 2>(nb, wp, &rows, scales, out, n, r0, j),
+                3 => chunk::<F, 3>(nb, wp, &rows, scales, out, n, r0, j),
+                4 => chunk::<F, 4>(nb, wp, &rows, scales, out, n, r0, j),
+                5 => chunk::<F, 5>(nb, wp, &rows, scales, out, n, r0, j),
+                6 => chunk::<F, 6>(nb, wp, &rows, scales, out, n, r0, j),
+                7 => chunk::<F, 7>(nb, wp, &rows, scales, out, n, r0, j),
+                _ => chunk::<F, 8>(nb, wp, &rows, scales, out, n, r0, j),
             }
         }
-    });
+    }
 }
 
 /// One weight row `j` against activation rows `r0..r0 + C`, written to `out[(r0 + c) * n + j]`.

@@ -78,7 +78,7 @@ pub(super) fn paged_attention_tiled(
     }
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
-    pool.run(|_, _| {
+    pool.run_dynamic(|_, _| {
         let mut scores = vec![0f32; QT * max_len];
         let mut offs = vec![0usize; max_len];
         loop {
