@@ -78,7 +78,6 @@ pub fn paged_attention(
 ) {
     #[cfg(target_arch = "x86_64")]
     if shape.head_dim.is_multiple_of(8)
-        && std::env::var_os("OXLLM_ATTN_SCALAR").is_none()
         && shape.head_dim > 0
         && crate::quant::detected_isa() == crate::quant::Isa::Avx2
     {

@@ -266,11 +266,7 @@ fn plan<'a>(
     force_pairwise: bool,
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if !force_pairwise
-        && std::env::var_os("OXLLM_PAIRWISE").is_none()
-        && !w.f32_activations
-        && quant::detected_isa() == quant::Isa::Avx2
-    {
+    if !force_pairwise && !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
         use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
         match w.dtype {
             DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1>(pool, w, acts))),

@@ -175,3 +175,38 @@ fn large_m_matches_rows_alone() {
         );
     }
 }
+
+/// `matmul_many` (one dispatch for several matrices) equals separate `matmul` calls bit for bit.
+#[test]
+fn matmul_many_equals_separate_calls() {
+    use oxllm_kernels::matmul::matmul_many;
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(5);
+    let k = 576;
+    let wq = QMatrix::new(DType::Q4_1, 64, k, weights(&mut rng, DType::Q4_1, 64, k)).unwrap();
+    let wk = QMatrix::new(DType::Q4_1, 24, k, weights(&mut rng, DType::Q4_1, 24, k)).unwrap();
+    let wf = QMatrix::new(DType::F16, 9, k, weights(&mut rng, DType::F16, 9, k)).unwrap();
+    for m in [1usize, 3, 17] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+        let a8 = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
+        let af = quantize_acts(&pool, &x, m, k, DType::F32).unwrap();
+        let (mut q1, mut k1, mut f1) = (vec![0f32; m * 64], vec![0f32; m * 24], vec![0f32; m * 9]);
+        matmul(&pool, &wq, &a8, &mut q1).unwrap();
+        matmul(&pool, &wk, &a8, &mut k1).unwrap();
+        matmul(&pool, &wf, &af, &mut f1).unwrap();
+        let (mut q2, mut k2, mut f2) = (vec![0f32; m * 64], vec![0f32; m * 24], vec![0f32; m * 9]);
+        matmul_many(
+            &pool,
+            &mut [
+                (&wq, &a8, &mut q2),
+                (&wk, &a8, &mut k2),
+                (&wf, &af, &mut f2),
+            ],
+        )
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&q1), bits(&q2));
+        assert_eq!(bits(&k1), bits(&k2));
+        assert_eq!(bits(&f1), bits(&f2));
+    }
+}
