@@ -28,7 +28,7 @@ fn tiny_llama() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny/llama-f32")
 }
 
-fn start(path: &PathBuf, config: EngineConfig) -> (Engine, Option<Tokenizer>) {
+fn start(path: &std::path::Path, config: EngineConfig) -> (Engine, Option<Tokenizer>) {
     let (file, model) = load_model(path).unwrap();
     let tok = match &file {
         ModelFile::Gguf(g) => Some(Tokenizer::from_gguf(g).unwrap()),

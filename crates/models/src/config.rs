@@ -255,7 +255,7 @@ impl ModelConfig {
                 return Err(invalid(k, "must be positive"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(invalid(
                 "num_key_value_heads",
                 &format!(
@@ -264,7 +264,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 || self.head_dim > 1024 {
+        if !self.head_dim.is_multiple_of(2) || self.head_dim > 1024 {
             return Err(invalid("head_dim", "must be even and at most 1024"));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {

@@ -1,4 +1,5 @@
 //! Helpers shared by the oracle tests: fixture paths and raw f32 files.
+#![allow(dead_code)] // each test binary uses a subset
 
 use std::path::PathBuf;
 
