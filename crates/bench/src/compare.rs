@@ -224,7 +224,7 @@ pub fn text_table(cmp: &[LoadComparison], a: &str, b: &str) -> String {
             c.load, c.pairs, c.identical_outputs, c.compared_outputs
         ));
         s.push_str(&format!(
-            "  {:<24} {:>12} {:>12}  {:<24}\n",
+            "  {:<32} {:>12} {:>12}  {:<24}\n",
             "metric",
             a,
             b,
@@ -232,7 +232,7 @@ pub fn text_table(cmp: &[LoadComparison], a: &str, b: &str) -> String {
         ));
         for m in &c.metrics {
             s.push_str(&format!(
-                "  {:<24} {:>12} {:>12}  {:<24}\n",
+                "  {:<32} {:>12} {:>12}  {:<24}\n",
                 format!("{} [{}]", m.metric, m.unit),
                 fmt_num(m.a.median),
                 fmt_num(m.b.median),

@@ -329,11 +329,14 @@ fn report(a: ReportArgs) -> Result<()> {
             .first()
             .map(|r| r.machine.clone())
             .unwrap_or_else(Machine::detect);
-        let load: Vec<String> = ours
-            .iter()
-            .filter_map(|r| r.machine.loadavg_1m)
-            .map(|l| format!("{l:.2}"))
-            .collect();
+        let loads: Vec<f64> = ours.iter().filter_map(|r| r.machine.loadavg_1m).collect();
+        let load = if loads.is_empty() {
+            "unknown".to_string()
+        } else {
+            let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{lo:.2}–{hi:.2}")
+        };
         let mut body = String::new();
         if !a.note.is_empty() {
             body.push_str(a.note.trim());
@@ -341,13 +344,13 @@ fn report(a: ReportArgs) -> Result<()> {
         }
         body.push_str(&format!(
             "Ratios are {b}/{a} per interleaved pair (median, min–max over pairs); values are medians over pairs.\n\
-             Commit {}; {} to {}; {} cores, {}; 1-minute load average at each record: {}.\n\n",
+             Commit {}; {} to {}; {} cores, {}; 1-minute load average when runs ended: {}.\n\n",
             if commits.is_empty() { "unknown".into() } else { commits.join(", ") },
             dates.iter().min().copied().unwrap_or("?"),
             dates.iter().max().copied().unwrap_or("?"),
             machine.cores,
             machine.cpu_model.as_deref().unwrap_or("unknown CPU"),
-            load.join(" "),
+            load,
             a = a.a,
             b = a.b,
         ));
