@@ -4,6 +4,7 @@ mod batch;
 mod bench;
 mod generate;
 mod sampling;
+mod serve;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Benchmarks: `serve` (load generator against OpenAI-compatible servers), `report`, `generate`.
     Bench(bench::BenchArgs),
+    /// Serve the OpenAI-compatible HTTP API (completions, chat, streaming, metrics).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -28,6 +31,7 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,0 +1,130 @@
+//! `oxllm serve`: load a model, start the engine, and serve the OpenAI-compatible HTTP API until
+//! SIGINT/SIGTERM (then let running requests finish, bounded by `--shutdown-grace`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use oxllm_engine::{EngineConfig, KvCacheSize};
+use oxllm_server::{AppState, ServerConfig};
+
+use crate::generate::default_model_path;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A .gguf file or a Hugging Face model directory [default: SmolLM2-135M-Instruct Q4_1 in
+    /// the oxllm cache, fetched by scripts/fetch-model.sh]
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port (the chosen one is printed).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The model name clients send [default: the model file's name without .gguf].
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Compute threads [default: all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 64)]
+    max_num_seqs: usize,
+    /// Token budget of one engine step (prefill chunks + decodes).
+    #[arg(long, default_value_t = 512)]
+    max_num_batched_tokens: usize,
+    /// KV cache size in blocks of 16 tokens [default: from --kv-cache-memory].
+    #[arg(long)]
+    num_blocks: Option<usize>,
+    /// KV cache size in bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    kv_cache_memory: usize,
+    /// Longest prompt + completion [default: the model's context length].
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    /// Most requests waiting for a slot; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 1024)]
+    max_waiting: usize,
+    /// Largest accepted request body in bytes (larger: 413).
+    #[arg(long, default_value_t = 8 << 20)]
+    max_body_bytes: usize,
+    /// Seconds running requests get to finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let path = args.model.clone().unwrap_or_else(default_model_path);
+    if !path.exists() {
+        bail!(
+            "model {} not found (run scripts/fetch-model.sh for the default model)",
+            path.display()
+        );
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let config = EngineConfig {
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_num_seqs: args.max_num_seqs,
+        kv_cache: match args.num_blocks {
+            Some(n) => KvCacheSize::Blocks(n),
+            None => KvCacheSize::Bytes(args.kv_cache_memory),
+        },
+        max_model_len: args.max_model_len,
+        threads,
+        ..EngineConfig::default()
+    };
+    let name = args.served_model_name.clone().unwrap_or_else(|| {
+        let file = path
+            .file_name()
+            .map_or_else(|| "model".to_string(), |f| f.to_string_lossy().into_owned());
+        file.strip_suffix(".gguf").unwrap_or(&file).to_string()
+    });
+    let (engine, tokenizer) = oxllm_server::start_engine(&path, config)
+        .with_context(|| format!("loading {}", path.display()))?;
+    let info = engine.handle().info().clone();
+    eprintln!(
+        "oxllm serve: {} as `{name}`; KV cache {} blocks of {} tokens ({} tokens, {:.1} MiB); max model len {}; max num seqs {}; {} threads",
+        path.display(),
+        info.num_blocks,
+        info.block_size,
+        info.num_blocks.saturating_sub(1) * info.block_size,
+        info.kv_bytes as f64 / (1 << 20) as f64,
+        info.max_model_len,
+        info.max_num_seqs,
+        threads
+    );
+    let server_config = ServerConfig {
+        served_model_name: name.clone(),
+        model_path: path.display().to_string(),
+        max_waiting: args.max_waiting,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+    };
+    let state = AppState::new(engine.handle(), tokenizer, server_config);
+    if let Some(why) = state.template_problem() {
+        eprintln!("oxllm serve: chat disabled: {why}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        eprintln!("oxllm serve: listening on http://{addr}");
+        eprintln!(
+            "try:\n  curl http://{addr}/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}], \"max_tokens\": 64}}'"
+        );
+        oxllm_server::serve(listener, state, oxllm_server::signal()).await?;
+        eprintln!("oxllm serve: stopped");
+        anyhow::Ok(())
+    })?;
+    drop(runtime);
+    engine.shutdown();
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Submitting a request's choices to the engine and reading their events as one stream.
+//!
+//! A [`Run`] owns the [`RequestStream`]s of all choices (prompt `p`, sample `j` has index
+//! `p * n + j`) and the admission guard: dropping it — the client went away, or the response
+//! is complete — drops the streams, which makes the engine abort and free their blocks. Each
+//! choice's latency and token counts are recorded in the metrics as its events pass.
+
+use std::time::Instant;
+
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use oxllm_engine::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
+use oxllm_sample::SamplingParams;
+
+use crate::admission::AdmitGuard;
+use crate::error::ApiError;
+use crate::metrics::Finished;
+use crate::state::AppState;
+
+/// All choices of one HTTP request in flight.
+pub struct Run {
+    events: SelectAll<BoxStream<'static, (usize, RequestEvent)>>,
+    /// Number of choices.
+    pub len: usize,
+    /// Samples per prompt.
+    pub n: usize,
+    _guard: AdmitGuard,
+}
+
+/// Submits `n` samples (`params.n`) for each prompt; `params[p]` belongs to `prompts[p]`.
+pub fn submit(
+    state: &AppState,
+    prompts: &[Vec<u32>],
+    params: &[SamplingParams],
+) -> Result<Run, ApiError> {
+    let n = params.first().map_or(1, |p| p.n);
+    let guard = state.admit(prompts.len() * n)?;
+    let mut events = SelectAll::new();
+    for (p, (ids, params)) in prompts.iter().zip(params).enumerate() {
+        for j in 0..n {
+            let req = GenerationRequest {
+                prompt_ids: ids.clone(),
+                params: params.clone(),
+                choice: j,
+            };
+            let stream = state.engine().submit(req).map_err(|e| {
+                let e = ApiError::from_engine(e);
+                if e.message.contains("token id") {
+                    e.with_param("prompt")
+                } else {
+                    e
+                }
+            })?;
+            events.push(tracked(state.clone(), p * n + j, stream));
+        }
+    }
+    Ok(Run {
+        events,
+        len: prompts.len() * n,
+        n,
+        _guard: guard,
+    })
+}
+
+impl Run {
+    /// The next event of any choice; `None` once every choice has ended.
+    pub async fn next(&mut self) -> Option<(usize, RequestEvent)> {
+        self.events.next().await
+    }
+}
+
+/// Records one choice's metrics; a choice dropped before it finished counts as aborted.
+struct Tracker {
+    state: AppState,
+    start: Instant,
+    first: Option<Instant>,
+    done: bool,
+}
+
+impl Tracker {
+    fn on_event(&mut self, ev: &RequestEvent) {
+        match ev {
+            RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
+                if self.first.is_none() {
+                    let now = Instant::now();
+                    self.first = Some(now);
+                    self.state
+                        .metrics()
+                        .observe_first_token(now.duration_since(self.start));
+                }
+            }
+            RequestEvent::Delta { .. } => {}
+            RequestEvent::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+                ..
+            } => {
+                self.done = true;
+                self.state.metrics().observe_finished(Finished {
+                    reason: reason.as_str(),
+                    prompt_tokens: *prompt_tokens,
+                    completion_tokens: *completion_tokens,
+                    ttft: self.first.map(|f| f.duration_since(self.start)),
+                    e2e: self.start.elapsed(),
+                });
+            }
+            RequestEvent::Error(_) => {
+                self.done = true;
+                self.finish_as("error");
+            }
+        }
+    }
+
+    fn finish_as(&self, reason: &'static str) {
+        self.state.metrics().observe_finished(Finished {
+            reason,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            ttft: None,
+            e2e: self.start.elapsed(),
+        });
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish_as("abort");
+        }
+    }
+}
+
+fn tracked(
+    state: AppState,
+    index: usize,
+    stream: RequestStream,
+) -> BoxStream<'static, (usize, RequestEvent)> {
+    let tracker = Tracker {
+        state,
+        start: Instant::now(),
+        first: None,
+        done: false,
+    };
+    stream::unfold((stream, tracker), move |(mut s, mut t)| async move {
+        let ev = s.next().await?;
+        t.on_event(&ev);
+        Some(((index, ev), (s, t)))
+    })
+    .boxed()
+}
+
+/// One choice, complete.
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    pub token_ids: Vec<u32>,
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish_reason: &'static str,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub cached_tokens: usize,
+}
+
+/// Waits for every choice; an engine error becomes a 500.
+pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
+    let mut out = vec![Collected::default(); run.len];
+    while let Some((i, ev)) = run.next().await {
+        let Some(c) = out.get_mut(i) else { continue };
+        match ev {
+            RequestEvent::Delta {
+                token_ids,
+                text,
+                logprobs,
+            } => {
+                c.token_ids.extend(token_ids);
+                c.text.push_str(&text);
+                c.logprobs.extend(logprobs);
+            }
+            RequestEvent::Finished {
+                reason,
+                text,
+                prompt_tokens,
+                completion_tokens,
+                cached_tokens,
+            } => {
+                c.text.push_str(&text);
+                c.finish_reason = reason.as_str();
+                c.prompt_tokens = prompt_tokens;
+                c.completion_tokens = completion_tokens;
+                c.cached_tokens = cached_tokens;
+            }
+            RequestEvent::Error(e) => return Err(ApiError::internal(e)),
+        }
+    }
+    if let Some(i) = out.iter().position(|c| c.finish_reason.is_empty()) {
+        return Err(ApiError::internal(format!(
+            "the engine stopped before choice {i} finished"
+        )));
+    }
+    Ok(out)
+}
+
+/// Usage over choices: each prompt's tokens once, every choice's completion tokens.
+pub fn usage_of(choices: &[Collected], n: usize) -> crate::protocol::common::Usage {
+    let step = n.max(1);
+    let prompt: usize = choices.iter().step_by(step).map(|c| c.prompt_tokens).sum();
+    let cached: usize = choices.iter().step_by(step).map(|c| c.cached_tokens).sum();
+    let completion = choices.iter().map(|c| c.completion_tokens).sum();
+    crate::protocol::common::Usage::new(prompt, completion, cached)
+}

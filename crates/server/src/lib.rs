@@ -1,0 +1,36 @@
+//! oxllm's OpenAI-compatible HTTP server (axum + tokio) over the engine's client API.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (whole or SSE-streamed),
+//! `GET /v1/models`, `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
+//! A request is parsed ([`json`], [`protocol`]), checked ([`params`]), templated and tokenized
+//! on the blocking pool ([`prompt`]), admitted ([`admission`]), submitted as `n` engine
+//! requests ([`generation`]) and answered whole or as SSE ([`sse`]). The server keeps no
+//! request state of the engine's: it holds only the `RequestStream`s, and dropping them (a
+//! client that disconnects) aborts the requests.
+//!
+//! Entry points: [`start_engine`] loads a model and starts the engine, [`AppState::new`] wraps
+//! its handle, [`serve`] runs the server until a shutdown future (e.g. [`signal`]) completes.
+
+pub mod admission;
+pub mod config;
+pub mod error;
+pub mod generation;
+pub mod ids;
+pub mod json;
+pub mod load;
+pub mod logprobs;
+pub mod metrics;
+pub mod params;
+pub mod prompt;
+pub mod protocol;
+pub mod routes;
+pub mod shutdown;
+pub mod sse;
+pub mod state;
+
+pub use config::ServerConfig;
+pub use error::{ApiError, ServerError};
+pub use load::start_engine;
+pub use routes::router;
+pub use shutdown::{serve, signal};
+pub use state::AppState;

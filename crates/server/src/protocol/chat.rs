@@ -1,0 +1,102 @@
+//! `POST /v1/chat/completions` bodies.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::common::{request_with_sampling, Usage};
+use super::completions::Skip;
+
+/// One message as sent: an object with a string `role` and a `content` that is a string, a list
+/// of text parts, or null (checked in `prompt`, so errors can name the exact field); other keys
+/// (`name`, `tool_calls`, ...) are handed to the template unchanged.
+pub type ChatMessage = Map<String, Value>;
+
+request_with_sampling! {
+    pub struct ChatRequest {
+        pub messages: Vec<ChatMessage>,
+        pub max_completion_tokens: Option<i64>,
+        pub logprobs: Option<bool>,
+        pub top_logprobs: Option<i64>,
+        pub add_generation_prompt: Option<bool>,
+        pub continue_final_message: Option<bool>,
+        pub chat_template_kwargs: Option<Map<String, Value>>,
+        pub tools: Option<Value>,
+        pub response_format: Option<Value>,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AssistantMessage {
+    pub role: &'static str,
+    pub content: String,
+    pub refusal: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: AssistantMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+    pub system_fingerprint: Option<String>,
+}
+
+/// `delta` of a streamed chunk: the role on a choice's first chunk, then content.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// One streamed chunk (`object: "chat.completion.chunk"`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    pub system_fingerprint: Option<String>,
+    #[serde(skip_serializing_if = "Skip::skip")]
+    pub usage: Skip<Usage>,
+}

@@ -1,0 +1,79 @@
+//! `POST /v1/completions` bodies.
+
+use serde::{Deserialize, Serialize};
+
+use super::common::{request_with_sampling, Usage};
+
+/// `prompt`: text, token ids, or a list of either (one entry per prompt).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Ids(Vec<u32>),
+    Texts(Vec<String>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+request_with_sampling! {
+    pub struct CompletionRequest {
+        pub prompt: PromptInput,
+        pub echo: Option<bool>,
+        pub logprobs: Option<i64>,
+        pub best_of: Option<i64>,
+        pub suffix: Option<String>,
+    }
+}
+
+/// The completions `logprobs` object (parallel lists, one entry per token).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<serde_json::Map<String, serde_json::Value>>>,
+    pub text_offset: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionChoice {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A whole response (`object: "text_completion"`), and also one streamed chunk of it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(skip_serializing_if = "Skip::skip")]
+    pub usage: Skip<Usage>,
+}
+
+/// A field that is left out, written as `null`, or written with a value (OpenAI streams omit
+/// `usage` unless `include_usage`, then send it as `null` on every chunk but the last).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Skip<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
+}
+
+impl<T> Skip<T> {
+    pub fn skip(&self) -> bool {
+        matches!(self, Skip::Absent)
+    }
+}
+
+impl<T: Serialize> Serialize for Skip<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Skip::Value(v) => v.serialize(s),
+            _ => s.serialize_none(),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! vLLM's `POST /tokenize` (a prompt, or chat messages through the template) and
+//! `POST /detokenize`.
+
+use axum::extract::State;
+use axum::Json;
+
+use crate::error::ApiError;
+use crate::json::ApiJson;
+use crate::prompt::{self, blocking, ChatOptions};
+use crate::protocol::tokenize::{
+    DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
+};
+use crate::state::AppState;
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<TokenizeRequest>,
+) -> Result<Json<TokenizeResponse>, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let tokens = match (req.prompt, &req.messages) {
+        (Some(text), None) => {
+            let tok = state.tokenizer()?;
+            let special = req.add_special_tokens.unwrap_or(true);
+            blocking(move || {
+                tok.encode(&text, special)
+                    .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))
+            })
+            .await?
+        }
+        (None, Some(messages)) => {
+            let continue_final = req.continue_final_message.unwrap_or(false);
+            let opts = ChatOptions {
+                add_generation_prompt: req.add_generation_prompt.unwrap_or(!continue_final),
+                continue_final_message: continue_final,
+                add_special_tokens: req.add_special_tokens.unwrap_or(false),
+                tools: req.tools.clone(),
+                kwargs: req.chat_template_kwargs.clone(),
+            };
+            prompt::encode_chat(&state, messages, opts).await?
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "send exactly one of `prompt` and `messages`",
+            ))
+        }
+    };
+    let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
+        tokens
+            .iter()
+            .map(|&t| state.token_text(t).to_string())
+            .collect()
+    });
+    Ok(Json(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: state.context_limit(),
+        tokens,
+        token_strs,
+    }))
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<DetokenizeRequest>,
+) -> Result<Json<DetokenizeResponse>, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let tok = state.tokenizer()?;
+    let tokens = req.tokens;
+    let prompt = blocking(move || {
+        tok.decode(&tokens, false)
+            .map_err(|e| ApiError::invalid_param("tokens", e.to_string()))
+    })
+    .await?;
+    Ok(Json(DetokenizeResponse { prompt }))
+}

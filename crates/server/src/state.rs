@@ -1,0 +1,136 @@
+//! [`AppState`]: what every handler shares — the engine handle (the server holds no request
+//! state of the engine's, only the streams it gets back), the tokenizer and chat template, the
+//! config, metrics and admission control.
+
+use std::sync::Arc;
+
+use oxllm_engine::EngineHandle;
+use oxllm_tok::{ChatTemplate, Tokenizer};
+
+use crate::admission::{Admission, AdmitGuard};
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    engine: EngineHandle,
+    tokenizer: Option<Arc<Tokenizer>>,
+    /// The compiled template, or why chat is unavailable.
+    template: Result<Arc<ChatTemplate>, String>,
+    /// Each id's text, for logprobs (`token_texts[id]`).
+    token_texts: Vec<String>,
+    config: ServerConfig,
+    metrics: Metrics,
+    admission: Admission,
+}
+
+impl AppState {
+    /// Builds the state; compiles the chat template and spells the vocabulary once (call it off
+    /// the async runtime, it takes a moment for big vocabularies).
+    pub fn new(engine: EngineHandle, tokenizer: Option<Tokenizer>, config: ServerConfig) -> Self {
+        let template = match tokenizer.as_ref().map(ChatTemplate::from_tokenizer) {
+            None => Err("this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids".to_string()),
+            Some(None) => Err("this model has no chat template, so /v1/chat/completions is unavailable; use /v1/completions".to_string()),
+            Some(Some(Err(e))) => Err(e.to_string()),
+            Some(Some(Ok(t))) => Ok(Arc::new(t)),
+        };
+        let token_texts = tokenizer.as_ref().map_or_else(Vec::new, |t| {
+            (0..t.vocab_size() as u32)
+                .map(|id| t.decode(&[id], false).unwrap_or_default())
+                .collect()
+        });
+        AppState(Arc::new(Inner {
+            engine,
+            tokenizer: tokenizer.map(Arc::new),
+            template,
+            token_texts,
+            config,
+            metrics: Metrics::default(),
+            admission: Admission::default(),
+        }))
+    }
+
+    pub fn engine(&self) -> &EngineHandle {
+        &self.0.engine
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.0.config
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    pub fn admission(&self) -> &Admission {
+        &self.0.admission
+    }
+
+    /// The tokenizer, or 400 for a model without one.
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, ApiError> {
+        self.0.tokenizer.clone().ok_or_else(|| {
+            ApiError::bad_request(
+                "this model has no tokenizer: send the prompt as a list of token ids",
+            )
+        })
+    }
+
+    pub fn has_tokenizer(&self) -> bool {
+        self.0.tokenizer.is_some()
+    }
+
+    /// The chat template, or 400 saying why chat is unavailable.
+    pub fn template(&self) -> Result<Arc<ChatTemplate>, ApiError> {
+        self.0
+            .template
+            .clone()
+            .map_err(|m| ApiError::bad_request(m).with_code("chat_template_unavailable"))
+    }
+
+    /// Why chat is unavailable, if it is.
+    pub fn template_problem(&self) -> Option<&str> {
+        self.0.template.as_ref().err().map(String::as_str)
+    }
+
+    /// The text of token `id` (empty when unknown).
+    pub fn token_text(&self, id: u32) -> &str {
+        self.0
+            .token_texts
+            .get(id as usize)
+            .map_or("", String::as_str)
+    }
+
+    /// 404 unless `model` is absent or the served name.
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if m != self.0.config.served_model_name => Err(ApiError::not_found(format!(
+                "The model `{m}` does not exist; this server serves `{}`.",
+                self.0.config.served_model_name
+            ))
+            .with_param("model")
+            .with_code("model_not_found")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Longest prompt + completion a request can have: the context or the whole KV pool.
+    pub fn context_limit(&self) -> usize {
+        let info = self.0.engine.info();
+        info.max_model_len
+            .min(info.num_blocks.saturating_sub(1) * info.block_size)
+    }
+
+    /// Admits `n` engine requests or answers 503.
+    pub fn admit(&self, n: usize) -> Result<AdmitGuard, ApiError> {
+        let stats = self.0.engine.stats();
+        self.0.admission.try_admit(
+            n,
+            stats.num_waiting,
+            self.0.engine.info().max_num_seqs,
+            self.0.config.max_waiting,
+        )
+    }
+}
