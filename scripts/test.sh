@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/fetch-model.sh >/dev/null
 cargo fmt --all --check
 cargo test --workspace --release "$@"
+# oxllm-server: the official openai Python client against `oxllm serve` (own venv, pinned).
+scripts/server-tests.sh
