@@ -420,12 +420,22 @@ fn metrics_parse_and_move_with_traffic() {
     );
     let bad = post(addr, "/v1/completions", &json!({"prompt": "x", "top_p": 7}));
     assert_eq!(bad.status, 400);
-    let resp = get(addr, "/metrics");
-    assert!(resp
-        .header("content-type")
-        .unwrap()
-        .starts_with("text/plain"));
-    let after = parse_metrics(&resp.text());
+    // Gauges come from the engine's snapshot, published right after it answers: let it settle.
+    let start = std::time::Instant::now();
+    let after = loop {
+        let resp = get(addr, "/metrics");
+        assert!(resp
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain"));
+        let m = parse_metrics(&resp.text());
+        let idle = metric(&m, "oxllm_num_requests_running") == 0.0
+            && metric(&m, "oxllm_kv_blocks_in_use") == 0.0;
+        if idle || start.elapsed() > std::time::Duration::from_secs(10) {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let delta =
         |s: &str| metric(&after, s) - before.iter().find(|(k, _)| k == s).map_or(0.0, |(_, v)| *v);
     assert_eq!(delta("oxllm_prompt_tokens_total"), 5.0);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use oxllm_engine::{EngineConfig, EngineHandle, KvCacheSize};
 use oxllm_server::{AppState, ServerConfig};
@@ -120,4 +120,20 @@ pub fn shared() -> &'static TestServer {
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits (up to a minute) until the engine has no request and no block in use.
+pub fn wait_for_no_blocks(server: &TestServer) {
+    let start = Instant::now();
+    loop {
+        let s = server.engine.stats();
+        if s.num_blocks_used() == 0 && s.num_running == 0 && s.num_waiting == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "blocks still in use: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

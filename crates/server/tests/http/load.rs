@@ -3,13 +3,14 @@
 //! shutdown lets running streams finish.
 
 use std::io::Read;
-use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::api::{metric, parse_metrics};
 use crate::client::{get, open_stream, post};
-use crate::harness::{engine_config, serial, server_config, shared, smollm2, TestServer};
+use crate::harness::{
+    engine_config, serial, server_config, shared, smollm2, wait_for_no_blocks, TestServer,
+};
 use crate::{assert_error, read_stream};
 
 fn prompts() -> Vec<String> {
@@ -56,21 +57,6 @@ fn thirty_two_concurrent_streams_equal_their_whole_answers() {
     let streamed = run(true);
     assert_eq!(whole, streamed);
     assert!(whole.iter().all(|t| !t.is_empty()));
-}
-
-fn wait_for_no_blocks(server: &TestServer) {
-    let start = Instant::now();
-    loop {
-        let s = server.engine.stats();
-        if s.num_blocks_used() == 0 && s.num_running == 0 && s.num_waiting == 0 {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "blocks still in use: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
