@@ -40,7 +40,7 @@ impl EngineConfig {
         match self.kv_cache {
             KvCacheSize::Blocks(n) => n,
             KvCacheSize::Bytes(bytes) => {
-                let per_token = KvCache::bytes_per_token(model.n_layers, model.kv_width());
+                let per_token = KvCache::bytes_per_token(model.kv_layers, model.kv_width());
                 bytes / (per_token * self.block_size).max(1)
             }
         }

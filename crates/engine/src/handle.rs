@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use oxllm_core::ReqId;
-use oxllm_models::LlamaModel;
+use oxllm_models::Model;
 use oxllm_sched::{Scheduler, SchedulerConfig};
 use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
@@ -57,7 +57,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn start(
-        model: LlamaModel,
+        model: Model,
         tokenizer: Option<Tokenizer>,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
@@ -73,7 +73,8 @@ impl Engine {
             block_size: config.block_size,
             num_blocks,
             max_model_len,
-            enable_prefix_caching: config.enable_prefix_caching,
+            // A prefix hit would skip tokens whose recurrent state is not cached (issue 7).
+            enable_prefix_caching: config.enable_prefix_caching && !model.has_recurrent_state(),
         };
         let scheduler = Scheduler::new(sched_config)?;
         let info = EngineInfo {
@@ -85,9 +86,16 @@ impl Engine {
             vocab_size: mc.vocab_size,
             kv_bytes: num_blocks
                 * config.block_size
-                * oxllm_models::KvCache::bytes_per_token(mc.n_layers, mc.kv_width()),
+                * oxllm_models::KvCache::bytes_per_token(mc.kv_layers, mc.kv_width())
+                + config.max_num_seqs * model.state_bytes_per_seq(),
         };
-        let runner = ModelRunner::new(model, num_blocks, config.block_size, config.threads);
+        let runner = ModelRunner::new(
+            model,
+            num_blocks,
+            config.block_size,
+            config.threads,
+            config.max_num_seqs,
+        );
         let stats = Arc::new(Mutex::new(EngineStats::default()));
         let (tx, rx) = mpsc::channel();
         let thread_stats = Arc::clone(&stats);

@@ -5,6 +5,8 @@ use oxllm_kernels::attention::AttnMetadata;
 /// One step's inputs. Token rows of all sequences are concatenated; `attn` says which rows
 /// belong to which sequence and where their K/V live. `slot_mapping[t]` is the cache slot token
 /// `t` writes its K/V to (-1 for padding). Logits are produced only for `logits_indices`.
+/// `state_slots[s]` is the recurrent-state slot of sequence `s` (hybrid models; empty for dense
+/// models, which ignore it).
 #[derive(Clone, Copy, Debug)]
 pub struct ForwardBatch<'a> {
     pub token_ids: &'a [u32],
@@ -12,6 +14,7 @@ pub struct ForwardBatch<'a> {
     pub slot_mapping: &'a [i32],
     pub attn: AttnMetadata<'a>,
     pub logits_indices: &'a [u32],
+    pub state_slots: &'a [u32],
 }
 
 impl ForwardBatch<'_> {
@@ -72,6 +75,12 @@ impl ForwardBatch<'_> {
             if table.iter().any(|&b| b as usize >= num_blocks) {
                 return Err(format!("sequence {s} references a block outside the cache"));
             }
+        }
+        if !self.state_slots.is_empty() && self.state_slots.len() != num_seqs {
+            return Err(format!(
+                "{} state slots for {num_seqs} sequences",
+                self.state_slots.len()
+            ));
         }
         if self.logits_indices.iter().any(|&i| i as usize >= n) {
             return Err("logits index outside the batch".into());

@@ -14,6 +14,12 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Gated DeltaNet + gated attention, MoE with a shared expert.
+    Qwen3Next,
+    /// Gated DeltaNet + gated attention, dense MLP.
+    Qwen35,
+    /// Qwen3 attention with a mixture-of-experts MLP.
+    Qwen3Moe,
 }
 
 /// Llama 3 style frequency-dependent RoPE scaling.
@@ -31,6 +37,9 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     pub hidden: usize,
     pub n_layers: usize,
+    /// Layers holding paged K/V (all of them for dense models; the full-attention layers of a
+    /// hybrid).
+    pub kv_layers: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -128,6 +137,7 @@ impl ModelConfig {
             vocab_size,
             hidden,
             n_layers: get("block_count")?,
+            kv_layers: get("block_count")?,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -157,6 +167,9 @@ impl ModelConfig {
             "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
             "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
+            other if crate::hybrid::hybrid_arch(other).is_some() => {
+                return Ok(crate::hybrid::HybridConfig::from_hf(config)?.base)
+            }
             other => return Err(ModelError::UnknownArchitecture(other.to_string())),
         };
         let usize_of = |k: &str| -> Result<usize, ModelError> {
@@ -217,6 +230,7 @@ impl ModelConfig {
             vocab_size: usize_of("vocab_size")?,
             hidden,
             n_layers: usize_of("num_hidden_layers")?,
+            kv_layers: usize_of("num_hidden_layers")?,
             n_heads,
             n_kv_heads: opt_usize("num_key_value_heads")?.unwrap_or(n_heads),
             head_dim: opt_usize("head_dim")?.unwrap_or(hidden / n_heads.max(1)),
@@ -239,7 +253,7 @@ impl ModelConfig {
         cfg.check()
     }
 
-    fn check(self) -> Result<ModelConfig, ModelError> {
+    pub(crate) fn check(self) -> Result<ModelConfig, ModelError> {
         let nonzero = [
             ("hidden_size", self.hidden),
             ("num_hidden_layers", self.n_layers),

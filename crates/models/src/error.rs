@@ -6,7 +6,7 @@ use oxllm_core::DType;
 pub enum ModelError {
     #[error(transparent)]
     Format(#[from] oxllm_formats::FormatError),
-    #[error("unknown model architecture '{0}' (supported: llama, mistral, qwen2, qwen3)")]
+    #[error("unknown model architecture '{0}' (supported: llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_next, qwen3_5)")]
     UnknownArchitecture(String),
     #[error("model config is missing '{0}'")]
     MissingConfig(String),

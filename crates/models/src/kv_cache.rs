@@ -1,12 +1,17 @@
 //! Paged K/V storage: per layer, one K and one V array of `num_blocks * block_size` slots, each
 //! slot `n_kv_heads * head_dim` f32 values. The cache knows nothing of sequences; block tables
-//! (owned by the KV manager) say which blocks a sequence uses.
+//! (owned by the KV manager) say which blocks a sequence uses. A hybrid model's cache also
+//! holds the recurrent states of its linear layers (`RecurrentStatePool`), indexed by the
+//! state slots of the batch.
+
+use crate::RecurrentStatePool;
 
 pub struct KvCache {
     block_size: usize,
     num_blocks: usize,
     kv_width: usize,
     layers: Vec<(Vec<f32>, Vec<f32>)>,
+    states: Option<RecurrentStatePool>,
 }
 
 impl KvCache {
@@ -19,7 +24,28 @@ impl KvCache {
             layers: (0..n_layers)
                 .map(|_| (vec![0.0; slots * kv_width], vec![0.0; slots * kv_width]))
                 .collect(),
+            states: None,
         }
+    }
+
+    /// Adds the recurrent state pool of a hybrid model.
+    pub fn with_states(mut self, states: RecurrentStatePool) -> KvCache {
+        self.states = Some(states);
+        self
+    }
+
+    pub fn states(&self) -> Option<&RecurrentStatePool> {
+        self.states.as_ref()
+    }
+
+    /// The recurrent state pool (hybrid models only).
+    pub fn states_mut(&mut self) -> Option<&mut RecurrentStatePool> {
+        self.states.as_mut()
+    }
+
+    /// Number of layers holding K/V.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
     }
 
     /// Bytes one token occupies across all layers (K and V).

@@ -41,7 +41,7 @@ pub struct LlamaModel {
 }
 
 /// Quantized copies of one activation tensor, one per weight format that reads it.
-struct SharedActs<'a> {
+pub(crate) struct SharedActs<'a> {
     x: &'a [f32],
     rows: usize,
     cols: usize,
@@ -49,7 +49,7 @@ struct SharedActs<'a> {
 }
 
 impl<'a> SharedActs<'a> {
-    fn new(x: &'a [f32], rows: usize, cols: usize) -> Self {
+    pub(crate) fn new(x: &'a [f32], rows: usize, cols: usize) -> Self {
         SharedActs {
             x,
             rows,
@@ -58,7 +58,7 @@ impl<'a> SharedActs<'a> {
         }
     }
 
-    fn project(
+    pub(crate) fn project(
         &mut self,
         pool: &ThreadPool,
         w: &QMatrix,
@@ -225,7 +225,7 @@ impl LlamaModel {
     }
 }
 
-fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub(crate) fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let h = w.len();
     for (src, dst) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
         ops::rms_norm(src, w, eps, dst);

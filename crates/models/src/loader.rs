@@ -11,7 +11,8 @@ use oxllm_formats::{GgufFile, HfModelDir, TensorView};
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_kernels::quant;
 
-use crate::{LayerWeights, LlamaModel, ModelConfig, ModelError};
+use crate::hybrid::{hybrid_arch, load_hybrid, HybridConfig};
+use crate::{LayerWeights, LlamaModel, Model, ModelConfig, ModelError};
 
 /// An opened model file: kept so the tokenizer and chat template can be read from it too.
 pub enum ModelFile {
@@ -39,7 +40,7 @@ impl ModelFile {
         }
     }
 
-    fn tensor(&self, name: &str) -> Result<TensorView<'_>, ModelError> {
+    pub(crate) fn tensor(&self, name: &str) -> Result<TensorView<'_>, ModelError> {
         Ok(match self {
             ModelFile::Gguf(g) => g.tensor(name)?,
             ModelFile::Hf(d) => d.tensor(name)?,
@@ -159,10 +160,29 @@ fn vector(file: &ModelFile, name: &str, len: usize) -> Result<Vec<f32>, ModelErr
 }
 
 /// Loads the model at `path` (a `.gguf` file or a Hugging Face directory).
-pub fn load_model(path: &Path) -> Result<(ModelFile, LlamaModel), ModelError> {
+/// Hybrid checkpoints whose vision tower is skipped say so on stderr.
+pub fn load_model(path: &Path) -> Result<(ModelFile, Model), ModelError> {
     let file = ModelFile::open(path)?;
+    if let ModelFile::Hf(d) = &file {
+        let name = d
+            .config()
+            .get("architectures")
+            .and_then(|a| a.get(0))
+            .and_then(|a| a.as_str())
+            .unwrap_or("");
+        if hybrid_arch(name).is_some() {
+            let config = HybridConfig::from_hf(d.config())?;
+            if config.skipped_vision {
+                eprintln!(
+                    "oxllm: {name}: serving the text model only; the vision tower is skipped"
+                );
+            }
+            let model = load_hybrid(&file, config)?;
+            return Ok((file, model.into()));
+        }
+    }
     let model = load_from(&file)?;
-    Ok((file, model))
+    Ok((file, model.into()))
 }
 
 fn load_from(file: &ModelFile) -> Result<LlamaModel, ModelError> {

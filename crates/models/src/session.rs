@@ -5,10 +5,10 @@
 use oxllm_kernels::attention::AttnMetadata;
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::{ForwardBatch, KvCache, LlamaModel, ModelError};
+use crate::{ForwardBatch, KvCache, Model, ModelError};
 
 pub struct Session<'m> {
-    model: &'m LlamaModel,
+    model: &'m Model,
     kv: KvCache,
     block_table: Vec<u32>,
     len: usize,
@@ -19,13 +19,12 @@ pub const SESSION_BLOCK_SIZE: usize = 16;
 
 impl<'m> Session<'m> {
     /// A session able to hold `capacity` tokens (capped at the model's context length).
-    pub fn new(model: &'m LlamaModel, capacity: usize) -> Session<'m> {
+    pub fn new(model: &'m Model, capacity: usize) -> Session<'m> {
         let capacity = capacity.min(model.config.context_length).max(1);
         let blocks = capacity.div_ceil(SESSION_BLOCK_SIZE);
-        let c = &model.config;
         Session {
             model,
-            kv: KvCache::new(c.n_layers, blocks, SESSION_BLOCK_SIZE, c.kv_width()),
+            kv: model.new_cache(blocks, SESSION_BLOCK_SIZE, 1),
             block_table: (0..blocks as u32).collect(),
             len: 0,
             capacity,
@@ -40,6 +39,10 @@ impl<'m> Session<'m> {
     }
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+    /// The cache (K/V and, for hybrids, the recurrent state in slot 0).
+    pub fn cache(&self) -> &KvCache {
+        &self.kv
     }
 
     /// Appends `ids` and returns the logits after each of them when `all_logits`, else only
@@ -81,6 +84,7 @@ impl<'m> Session<'m> {
                 block_size: SESSION_BLOCK_SIZE,
             },
             logits_indices: &logits_indices,
+            state_slots: &[0],
         };
         let logits = self.model.forward(pool, &batch, &mut self.kv)?;
         self.len += ids.len();

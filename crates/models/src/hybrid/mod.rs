@@ -1,0 +1,18 @@
+//! Hybrid and mixture-of-experts Qwen families: Qwen3-Next and Qwen3.5 (Gated DeltaNet linear
+//! attention interleaved with gated full attention; MoE with a shared expert or dense MLPs) and
+//! Qwen3-MoE (Qwen3 attention, MoE MLPs), from Hugging Face directories.
+
+mod config;
+pub mod delta_rule;
+mod gated_attention;
+mod gated_delta_net;
+mod load;
+mod model;
+mod moe;
+
+pub use config::{hybrid_arch, HybridConfig, LayerKind, LinearAttnConfig, MoeConfig};
+pub use gated_attention::GatedAttention;
+pub use gated_delta_net::{DeltaRule, GatedDeltaNet};
+pub use load::load_hybrid;
+pub use model::{HybridLayer, HybridModel, Mixer, Mlp};
+pub use moe::{route, DenseMlp, MoeMlp};
