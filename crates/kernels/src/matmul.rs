@@ -254,6 +254,8 @@ enum Plan<'a> {
         w: &'a QMatrix,
         acts: &'a QuantizedActs,
         dot: VecDotFn,
+        /// Several activation rows per weight row at once (same bits as `dot`).
+        rows_dot: Option<crate::weight_dot::DotRowsFn>,
         tile_rows: usize,
         tiles: usize,
     },
@@ -291,10 +293,16 @@ fn plan<'a>(
     } else {
         w.rows.div_ceil(tile_rows)
     };
+    let rows_dot = if w.f32_activations && acts.rows > 1 {
+        crate::weight_dot::dot_rows_f32_acts(w.dtype)
+    } else {
+        None
+    };
     Ok(Plan::Pairwise {
         w,
         acts,
         dot,
+        rows_dot,
         tile_rows,
         tiles,
     })
@@ -319,12 +327,25 @@ impl Plan<'_> {
                 w,
                 acts,
                 dot,
+                rows_dot,
                 tile_rows,
                 ..
             } => {
                 let n_out = w.rows;
                 let j0 = t * tile_rows;
                 let j1 = (j0 + tile_rows).min(n_out);
+                if let Some(rows_dot) = rows_dot {
+                    let rows: Vec<&[u8]> = (0..acts.rows).map(|i| acts.row(i)).collect();
+                    let mut col = vec![0f32; acts.rows];
+                    for j in j0..j1 {
+                        rows_dot(w.cols, w.row(j), &rows, &mut col);
+                        for (i, v) in col.iter().enumerate() {
+                            // SAFETY: column j of each output row belongs to this tile.
+                            unsafe { out.slice(i * n_out + j, 1)[0] = *v };
+                        }
+                    }
+                    return;
+                }
                 for i in 0..acts.rows {
                     let a = acts.row(i);
                     // SAFETY: tiles are disjoint column ranges of each output row.

@@ -73,6 +73,21 @@ pub fn vec_dot_f32_acts(w: DType) -> Result<VecDotFn, QuantError> {
     vec_dot_f32_acts_for(w, detected_isa()).or_else(|_| vec_dot_f32_acts_for(w, Isa::Scalar))
 }
 
+/// One weight row against several activation rows: `out[r] = dot(w, acts[r])`.
+pub type DotRowsFn = fn(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]);
+
+/// A multi-row kernel for `w` that reuses each dequantized weight block across activation rows
+/// and gives every row exactly the bits of the single-row kernel (so results do not depend on
+/// how many rows share a call). `None` where only the single-row kernel exists.
+pub fn dot_rows_f32_acts(w: DType) -> Option<DotRowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if detected_isa() == Isa::Avx2 && w == DType::Q8_0 {
+        return Some(avx2::q8_0_rows);
+    }
+    let _ = w;
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -83,6 +98,61 @@ mod avx2 {
         assert!(w.len() >= n / 32 * BLOCK_BYTES && a.len() >= n * 4);
         // SAFETY: handed out only after `detected_isa() == Avx2`; bounds asserted above.
         unsafe { q8_0_impl(n, w, a) }
+    }
+
+    pub(super) fn q8_0_rows(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+        assert!(w.len() >= n / 32 * BLOCK_BYTES && out.len() >= acts.len());
+        assert!(acts.iter().all(|a| a.len() >= n * 4));
+        let mut groups = acts.chunks_exact(4);
+        let mut r = 0;
+        for g in &mut groups {
+            // SAFETY: handed out only after `detected_isa() == Avx2`; bounds asserted above.
+            let o = unsafe { q8_0_rows4(n, w, [g[0], g[1], g[2], g[3]]) };
+            out[r..r + 4].copy_from_slice(&o);
+            r += 4;
+        }
+        for a in groups.remainder() {
+            out[r] = q8_0(n, w, a);
+            r += 1;
+        }
+    }
+
+    /// Four rows with one dequantization per weight block. Per row, the operation sequence is
+    /// exactly `q8_0_impl`'s, so each result is bit-identical to the single-row kernel.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8_0_rows4(n: usize, w: &[u8], acts: [&[u8]; 4]) -> [f32; 4] {
+        let mut total = [_mm256_setzero_ps(); 4];
+        let wp = w.as_ptr();
+        let ap = acts.map(|a| a.as_ptr() as *const f32);
+        for b in 0..n / 32 {
+            let blk = wp.add(b * BLOCK_BYTES);
+            let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
+            let d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))));
+            let qs = blk.add(2);
+            let mut qf = [_mm256_setzero_ps(); 4];
+            for (k, q) in qf.iter_mut().enumerate() {
+                let q8 = _mm_loadl_epi64(qs.add(8 * k) as *const __m128i);
+                *q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+            }
+            for r in 0..4 {
+                let x = ap[r].add(b * 32);
+                let mut acc = _mm256_setzero_ps();
+                for (k, q) in qf.iter().enumerate() {
+                    acc = _mm256_fmadd_ps(*q, _mm256_loadu_ps(x.add(8 * k)), acc);
+                }
+                total[r] = _mm256_fmadd_ps(d, acc, total[r]);
+            }
+        }
+        total.map(|t| hsum(t))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum(total: __m256) -> f32 {
+        let hi = _mm256_extractf128_ps(total, 1);
+        let s = _mm_add_ps(_mm256_castps256_ps128(total), hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -104,11 +174,7 @@ mod avx2 {
             }
             total = _mm256_fmadd_ps(d, acc, total);
         }
-        let hi = _mm256_extractf128_ps(total, 1);
-        let s = _mm_add_ps(_mm256_castps256_ps128(total), hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
+        hsum(total)
     }
 }
 
@@ -154,6 +220,41 @@ mod tests {
                 assert!(
                     (got - want).abs() <= 1e-5 * mag,
                     "{dtype} {isa:?}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn multi_row_kernel_is_bit_identical_to_single_rows() {
+        let Some(rows_fn) = dot_rows_f32_acts(DType::Q8_0) else {
+            eprintln!("no multi-row kernel on this CPU");
+            return;
+        };
+        let single = vec_dot_f32_acts(DType::Q8_0).unwrap();
+        let n = 576;
+        let wf: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
+        let mut w = vec![0u8; DType::Q8_0.row_bytes(n).unwrap()];
+        quant::quantize_row(DType::Q8_0, &wf, &mut w).unwrap();
+        for m in 1..=11 {
+            let acts: Vec<Vec<u8>> = (0..m)
+                .map(|r| {
+                    let a: Vec<f32> = (0..n)
+                        .map(|i| ((i * (r + 3) % 31) as f32 - 15.0) * 0.07)
+                        .collect();
+                    f32_bytes(&a)
+                })
+                .collect();
+            let refs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+            let mut out = vec![0f32; m];
+            rows_fn(n, &w, &refs, &mut out);
+            for (r, a) in acts.iter().enumerate() {
+                assert_eq!(
+                    out[r].to_bits(),
+                    single(n, &w, a).to_bits(),
+                    "m={m} row {r}"
                 );
             }
         }
