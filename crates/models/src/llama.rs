@@ -7,7 +7,7 @@
 //! that read the same input.
 
 use oxllm_kernels::attention::{paged_attention, store_kv, AttnShape};
-use oxllm_kernels::matmul::{add_bias, matmul, quantize_acts, QMatrix, QuantizedActs};
+use oxllm_kernels::matmul::{add_bias, matmul, matmul_many, quantize_acts, QMatrix, QuantizedActs};
 use oxllm_kernels::ops::{self, Rope};
 use oxllm_kernels::pool::ThreadPool;
 
@@ -79,6 +79,44 @@ impl<'a> SharedActs<'a> {
             add_bias(&mut out, b);
         }
         Ok(out)
+    }
+
+    /// Several projections of this input in one pool dispatch (Q/K/V, gate/up); each output is
+    /// bit-identical to `project`'s.
+    pub(crate) fn project_many<const N: usize>(
+        &mut self,
+        pool: &ThreadPool,
+        ws: [(&QMatrix, Option<&[f32]>); N],
+    ) -> Result<[Vec<f32>; N], ModelError> {
+        let mut idx = [0usize; N];
+        for (k, (w, _)) in ws.iter().enumerate() {
+            let dtype = w.activation_dtype();
+            idx[k] = match self.quantized.iter().position(|q| q.dtype() == dtype) {
+                Some(i) => i,
+                None => {
+                    let q = quantize_acts(pool, self.x, self.rows, self.cols, dtype)?;
+                    self.quantized.push(q);
+                    self.quantized.len() - 1
+                }
+            };
+        }
+        let mut outs: [Vec<f32>; N] =
+            std::array::from_fn(|k| vec![0f32; self.rows * ws[k].0.rows()]);
+        {
+            let mut jobs: Vec<(&QMatrix, &QuantizedActs, &mut [f32])> = ws
+                .iter()
+                .zip(outs.iter_mut())
+                .zip(idx)
+                .map(|(((w, _), out), i)| (*w, &self.quantized[i], out.as_mut_slice()))
+                .collect();
+            matmul_many(pool, &mut jobs)?;
+        }
+        for ((_, bias), out) in ws.iter().zip(outs.iter_mut()) {
+            if let Some(b) = bias {
+                add_bias(out, b);
+            }
+        }
+        Ok(outs)
     }
 }
 
@@ -180,9 +218,14 @@ impl LlamaModel {
         for (li, layer) in self.layers.iter().enumerate() {
             rms_rows(&x, &layer.attn_norm, c.rms_eps, &mut normed);
             let mut acts = SharedActs::new(&normed, n, h);
-            let mut q = acts.project(pool, &layer.wq, layer.bq.as_deref())?;
-            let mut k = acts.project(pool, &layer.wk, layer.bk.as_deref())?;
-            let v = acts.project(pool, &layer.wv, layer.bv.as_deref())?;
+            let [mut q, mut k, v] = acts.project_many(
+                pool,
+                [
+                    (&layer.wq, layer.bq.as_deref()),
+                    (&layer.wk, layer.bk.as_deref()),
+                    (&layer.wv, layer.bv.as_deref()),
+                ],
+            )?;
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
                 ops::rms_norm_rows_in_place(&mut q, qn, c.rms_eps);
                 ops::rms_norm_rows_in_place(&mut k, kn, c.rms_eps);
@@ -204,8 +247,8 @@ impl LlamaModel {
 
             rms_rows(&x, &layer.ffn_norm, c.rms_eps, &mut normed);
             let mut acts = SharedActs::new(&normed, n, h);
-            let mut gate = acts.project(pool, &layer.w_gate, None)?;
-            let up = acts.project(pool, &layer.w_up, None)?;
+            let [mut gate, up] =
+                acts.project_many(pool, [(&layer.w_gate, None), (&layer.w_up, None)])?;
             ops::silu_mul_in_place(&mut gate, &up);
             let down = SharedActs::new(&gate, n, c.ffn).project(pool, &layer.w_down, None)?;
             ops::add_in_place(&mut x, &down);
