@@ -269,7 +269,15 @@ fn plan<'a>(
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
     if !force_pairwise && !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
-        use tile_avx2::{Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
+        use tile_avx2::{Q4_0Q8_0Vnni, Q4_1Q8_1Vnni, Q8_0Q8_0Vnni, Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
+        if tile_avx2::has_avx_vnni() {
+            match w.dtype {
+                DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1Vnni>(pool, w, acts))),
+                DType::Q4_0 => return Ok(Plan::Tiled(tiled_plan::<Q4_0Q8_0Vnni>(pool, w, acts))),
+                DType::Q8_0 => return Ok(Plan::Tiled(tiled_plan::<Q8_0Q8_0Vnni>(pool, w, acts))),
+                _ => {}
+            }
+        }
         match w.dtype {
             DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1>(pool, w, acts))),
             DType::Q4_0 => return Ok(Plan::Tiled(tiled_plan::<Q4_0Q8_0>(pool, w, acts))),
@@ -510,7 +518,11 @@ unsafe fn chunk<F: tile_avx2::Format, const C: usize>(
 ) {
     let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
     let mut o = [0f32; C];
-    tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
+    if F::VNNI {
+        tile_avx2::row_chunk_vnni::<F, C>(nb, wp, &a, ad, asum, &mut o);
+    } else {
+        tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
+    }
     for (c, v) in o.into_iter().enumerate() {
         out.slice((r0 + c) * n + j, 1)[0] = v;
     }
@@ -526,6 +538,78 @@ pub fn add_bias(out: &mut [f32], bias: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX-VNNI tile kernels must give the same bits as the AVX2 ones (both compute exact
+    /// integer block dots, then the same float sequence), so results do not depend on which
+    /// of the two a CPU runs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vnni_tiles_are_bit_identical_to_avx2_tiles() {
+        use tile_avx2::*;
+        if quant::detected_isa() != quant::Isa::Avx2 || !has_avx_vnni() {
+            eprintln!("AVX2 or AVX-VNNI not available: nothing to compare");
+            return;
+        }
+        fn run<F: Format>(pool: &ThreadPool, w: &QMatrix, a: &QuantizedActs) -> Vec<f32> {
+            let mut out = vec![0f32; a.rows * w.rows];
+            let plan = Plan::Tiled(tiled_plan::<F>(pool, w, a));
+            execute(pool, &[plan], &[SharedMut::new(&mut out)]);
+            out
+        }
+        let pool = ThreadPool::new(2);
+        let (n, k) = (40, 96);
+        for dtype in [DType::Q4_1, DType::Q4_0, DType::Q8_0] {
+            let rb = dtype.row_bytes(k).unwrap();
+            let mut wq = vec![0u8; n * rb];
+            for j in 0..n {
+                let row: Vec<f32> = (0..k)
+                    .map(|c| (((j * 31 + c * 17) % 23) as f32 - 11.0) * 0.03)
+                    .collect();
+                let dst = &mut wq[j * rb..(j + 1) * rb];
+                if quant::quantize_row(dtype, &row, dst).is_err() {
+                    // Q4 formats have no activation quantizer: write valid blocks by hand.
+                    for (b, blk) in dst.chunks_exact_mut(dtype.type_size()).enumerate() {
+                        for (i, byte) in blk.iter_mut().enumerate() {
+                            *byte = ((i * 7 + b * 13 + j) % 251) as u8;
+                        }
+                        blk[..2]
+                            .copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                        if dtype == DType::Q4_1 {
+                            blk[2..4].copy_from_slice(
+                                &half::f16::from_f32(-0.05).to_bits().to_le_bytes(),
+                            );
+                        }
+                    }
+                }
+            }
+            let w = QMatrix::new(dtype, n, k, wq).unwrap();
+            for m in [1, 5, 8, 13] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.11)
+                    .collect();
+                let a = quantize_acts(&pool, &x, m, k, w.activation_dtype()).unwrap();
+                let (plain, vnni) = match dtype {
+                    DType::Q4_1 => (
+                        run::<Q4_1Q8_1>(&pool, &w, &a),
+                        run::<Q4_1Q8_1Vnni>(&pool, &w, &a),
+                    ),
+                    DType::Q4_0 => (
+                        run::<Q4_0Q8_0>(&pool, &w, &a),
+                        run::<Q4_0Q8_0Vnni>(&pool, &w, &a),
+                    ),
+                    _ => (
+                        run::<Q8_0Q8_0>(&pool, &w, &a),
+                        run::<Q8_0Q8_0Vnni>(&pool, &w, &a),
+                    ),
+                };
+                let same = plain
+                    .iter()
+                    .zip(&vnni)
+                    .all(|(p, v)| p.to_bits() == v.to_bits());
+                assert!(same, "{dtype} m={m}: VNNI differs from AVX2");
+            }
+        }
+    }
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()

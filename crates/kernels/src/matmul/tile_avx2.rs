@@ -28,6 +28,9 @@ pub(crate) trait Format {
     const A_QS: usize;
     /// The activation block carries `s = d * sum(q)` and the weight a min `m` (Q4_1 x Q8_1).
     const HAS_MIN: bool;
+    /// `idot` uses AVX-VNNI (`vpdpbusd`): run through [`row_chunk_vnni`], only where the CPU
+    /// has `avxvnni`.
+    const VNNI: bool = false;
     /// (d, m) of a weight block as f32 (m = 0 without a min).
     unsafe fn w_scales(p: *const u8) -> (f32, f32);
     /// The weight block's quants, ready for [`Format::idot`].
@@ -125,6 +128,60 @@ impl Format for Q8_0Q8_0 {
     }
 }
 
+/// The same formats with the integer block dot done by one AVX-VNNI `vpdpbusd` instead of
+/// `vpmaddubsw` + `vpmaddwd`. The products are at most 2 * 127 * 127 per i16 pair in the old
+/// path (no saturation), so both give the same exact i32 sums and every output keeps its bits.
+pub(crate) struct Q4_1Q8_1Vnni;
+pub(crate) struct Q4_0Q8_0Vnni;
+pub(crate) struct Q8_0Q8_0Vnni;
+
+/// Unsigned bytes `x` times signed bytes at `y`, summed in 8 i32 lanes (AVX-VNNI).
+#[inline(always)]
+unsafe fn idot_vnni_unsigned(x: __m256i, y: *const u8) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
+}
+
+/// Signed bytes `x` times signed bytes at `y` (no -128 in y), summed in 8 i32 lanes (AVX-VNNI).
+#[inline(always)]
+unsafe fn idot_vnni_signed(x: __m256i, y: *const u8) -> __m256i {
+    let y = _mm256_loadu_si256(y.cast());
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
+}
+
+macro_rules! vnni_format {
+    ($name:ident, $base:ident, $idot:ident) => {
+        impl Format for $name {
+            const W_BYTES: usize = $base::W_BYTES;
+            const A_BYTES: usize = $base::A_BYTES;
+            const A_QS: usize = $base::A_QS;
+            const HAS_MIN: bool = $base::HAS_MIN;
+            const VNNI: bool = true;
+            #[inline(always)]
+            unsafe fn w_scales(p: *const u8) -> (f32, f32) {
+                $base::w_scales(p)
+            }
+            #[inline(always)]
+            unsafe fn w_prep(p: *const u8) -> __m256i {
+                $base::w_prep(p)
+            }
+            #[inline(always)]
+            unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
+                $idot(wq, a_qs)
+            }
+        }
+    };
+}
+vnni_format!(Q4_1Q8_1Vnni, Q4_1Q8_1, idot_vnni_unsigned);
+vnni_format!(Q4_0Q8_0Vnni, Q4_0Q8_0, idot_vnni_signed);
+vnni_format!(Q8_0Q8_0Vnni, Q8_0Q8_0, idot_vnni_signed);
+
+/// Whether the CPU can run the `*Vnni` formats.
+pub(crate) fn has_avx_vnni() -> bool {
+    is_x86_feature_detected!("avxvnni")
+}
+
 /// Fills the transposed activation scales of one chunk: `ad[b * CH + c]` = d of block `b` of
 /// row `c`, `asum[..]` = its `s` (Q8_1) or 0; lanes `c >= rows.len()` stay 0.
 ///
@@ -150,12 +207,10 @@ pub(crate) unsafe fn act_scales<F: Format>(
     }
 }
 
-/// `out[c] = dot(weight row w, activation row a[c])` for `c < C`.
-///
-/// # Safety
-/// See the module's safety contract; `ad`/`asum` are this chunk's [`act_scales`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn row_chunk<F: Format, const C: usize>(
+macro_rules! row_chunk_fn {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        pub(crate) unsafe fn $name<F: Format, const C: usize>(
     nb: usize,
     w: *const u8,
     a: &[*const u8; C],
@@ -188,6 +243,26 @@ pub(crate) unsafe fn row_chunk<F: Format, const C: usize>(
         out[c] = if F::HAS_MIN { s + mv[c] } else { s };
     }
 }
+    };
+}
+
+row_chunk_fn!(
+    /// `out[c] = dot(weight row w, activation row a[c])` for `c < C`.
+    ///
+    /// # Safety
+    /// See the module's safety contract; `ad`/`asum` are this chunk's [`act_scales`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    row_chunk
+);
+row_chunk_fn!(
+    /// [`row_chunk`] for the `*Vnni` formats: the same operation sequence, compiled with
+    /// AVX-VNNI so their `idot` inlines.
+    ///
+    /// # Safety
+    /// As [`row_chunk`], and the CPU has `avxvnni`.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    row_chunk_vnni
+);
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
