@@ -389,5 +389,16 @@ mod tests {
             .iter()
             .zip(&alone[12 * qw..])
             .all(|(x, y)| x.to_bits() == y.to_bits()));
+        // The last row of A as a decode step (one query row: heads of a KV group share a tile)
+        // equals that row computed inside A's prefill tile.
+        let a_last = (&ka[..], &va[..], &ta[..], 1, &qa[(a_new - 1) * qw..]);
+        let last = run_seqs(shape, bs, &[a_last, c], false);
+        assert!(
+            last[..qw]
+                .iter()
+                .zip(&alone[(a_new - 1) * qw..])
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "a decode row differs from the same row in a prefill tile"
+        );
     }
 }

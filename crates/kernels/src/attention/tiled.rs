@@ -1,6 +1,8 @@
 //! AVX2+FMA paged attention over query tiles (x86_64, `head_dim % 8 == 0`).
 //!
-//! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence).
+//! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence), or,
+//! for a sequence with a single query row (decode), (sequence, KV head) with the heads of that
+//! KV group as the tile's queries, so K/V rows are read once per group.
 //! Keys are visited in blocks of [`KB`]; each K row of a block is loaded once for all the
 //! tile's queries, and so is each V row. Per query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
@@ -23,6 +25,8 @@ use crate::pool::{SharedMut, ThreadPool};
 const QT: usize = 8;
 /// Keys per block (K and V rows of a block stay in L1 while the tile passes over them).
 const KB: usize = 32;
+/// Marks an item whose queries are the heads of one KV group (decode rows).
+const HEAD_GROUP: u32 = 1 << 31;
 
 pub(super) fn paged_attention_tiled(
     pool: &ThreadPool,
@@ -66,6 +70,14 @@ pub(super) fn paged_attention_tiled(
             "sequence {s}: query rows out of range"
         );
         max_len = max_len.max(seq_len);
+        if b - a == 1 && group > 1 && group <= QT {
+            // A single query row (decode): the heads sharing a KV head form one tile, so each
+            // K/V row and block-table entry is read once for the whole group.
+            for kvh in 0..n_kv_heads {
+                items.push([s as u32, a as u32, group as u32, HEAD_GROUP | kvh as u32]);
+            }
+            continue;
+        }
         for t0 in (a..b).step_by(QT) {
             let nq = (b - t0).min(QT);
             for h in 0..n_heads {
@@ -87,12 +99,18 @@ pub(super) fn paged_attention_tiled(
                 break;
             }
             let [s, t0, nq, h] = items[i].map(|x| x as usize);
+            // Head-grouped item: queries are heads kvh*group.. of one token, all at one position.
+            let heads = h & HEAD_GROUP as usize != 0;
+            let (kvh, step) = if heads {
+                (h & !(HEAD_GROUP as usize), 0)
+            } else {
+                (h / group, 1)
+            };
             let q_start = meta.query_start_loc[s] as usize;
             let q_len = meta.query_start_loc[s + 1] as usize - q_start;
             let seq_len = meta.seq_lens[s] as usize;
-            let kvh = h / group;
             let first_pos = seq_len - q_len + (t0 - q_start);
-            let ctx_max = first_pos + nq;
+            let ctx_max = first_pos + 1 + (nq - 1) * step;
             let table = &meta.block_tables[s * meta.block_table_stride..];
             for (p, o) in offs[..ctx_max].iter_mut().enumerate() {
                 let slot =
@@ -101,20 +119,24 @@ pub(super) fn paged_attention_tiled(
                 assert!(off + head_dim <= k_cache.len() && off + head_dim <= v_cache.len());
                 *o = off;
             }
-            let qs: [*const f32; QT] = std::array::from_fn(|j| {
-                q[(t0 + j.min(nq - 1)) * q_width + h * head_dim..][..head_dim].as_ptr()
-            });
+            // Query j: token t0 + j of head h, or head kvh*group + j of token t0.
+            let row_of = |j: usize| {
+                let j = j.min(nq - 1);
+                if heads {
+                    t0 * q_width + (kvh * group + j) * head_dim
+                } else {
+                    (t0 + j) * q_width + h * head_dim
+                }
+            };
+            let qs: [*const f32; QT] = std::array::from_fn(|j| q[row_of(j)..][..head_dim].as_ptr());
             let outs: [*mut f32; QT] = std::array::from_fn(|j| {
                 // SAFETY: each (token, head) output row belongs to exactly one item.
-                unsafe {
-                    out_ptr
-                        .slice((t0 + j.min(nq - 1)) * q_width + h * head_dim, head_dim)
-                        .as_mut_ptr()
-                }
+                unsafe { out_ptr.slice(row_of(j), head_dim).as_mut_ptr() }
             });
             let tile = Tile {
                 nq,
                 first_ctx: first_pos + 1,
+                ctx_step: step,
                 head_dim,
                 scale,
                 offs: &offs[..ctx_max],
@@ -131,8 +153,10 @@ pub(super) fn paged_attention_tiled(
 
 struct Tile<'a> {
     nq: usize,
-    /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j` keys.
+    /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j * ctx_step`
+    /// keys (step 1: consecutive tokens of one head; step 0: heads of one token).
     first_ctx: usize,
+    ctx_step: usize,
     head_dim: usize,
     scale: f32,
     offs: &'a [usize],
@@ -145,13 +169,13 @@ impl Tile<'_> {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run(&self, qs: &[*const f32; QT], outs: &[*mut f32; QT], scores: &mut [f32]) {
         let (nq, hd) = (self.nq, self.head_dim);
-        let ctx_max = self.first_ctx + nq - 1;
+        let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
         let sc = scores.as_mut_ptr();
         // Scores, one block of keys at a time.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
             for (j, &qp) in qs.iter().enumerate().take(nq) {
-                let pe = p1.min(self.first_ctx + j);
+                let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 let row = sc.add(j * self.stride);
                 let mut p = p0;
                 while p < pe {
@@ -166,7 +190,7 @@ impl Tile<'_> {
             }
         }
         for j in 0..nq {
-            let ctx = self.first_ctx + j;
+            let ctx = self.first_ctx + j * self.ctx_step;
             softmax_in_place(&mut scores[j * self.stride..][..ctx]);
         }
         let sc = scores.as_ptr();
@@ -174,7 +198,7 @@ impl Tile<'_> {
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
             for (j, &op) in outs.iter().enumerate().take(nq) {
-                let pe = p1.min(self.first_ctx + j);
+                let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 if pe <= p0 {
                     continue;
                 }
