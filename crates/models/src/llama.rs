@@ -191,23 +191,9 @@ impl LlamaModel {
                 c.kv_width()
             )));
         }
-        if let Some(&id) = batch
-            .token_ids
-            .iter()
-            .find(|&&id| id as usize >= c.vocab_size)
-        {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                vocab: c.vocab_size,
-            });
-        }
         let n = batch.token_ids.len();
         let h = c.hidden;
-        let mut x = vec![0f32; n * h];
-        for (t, &id) in batch.token_ids.iter().enumerate() {
-            self.embeddings
-                .dequantize_row(id as usize, &mut x[t * h..(t + 1) * h])?;
-        }
+        let mut x = embed_tokens(&self.embeddings, batch.token_ids, c.vocab_size, h)?;
         let mut normed = vec![0f32; n * h];
         let shape = AttnShape {
             n_heads: c.n_heads,
@@ -266,6 +252,23 @@ impl LlamaModel {
         }
         SharedActs::new(&last, m, h).project(pool, self.lm_head(), None)
     }
+}
+
+/// Embedding rows of `token_ids`, `[n, hidden]`; an id outside the vocabulary is an error.
+pub(crate) fn embed_tokens(
+    embeddings: &QMatrix,
+    token_ids: &[u32],
+    vocab: usize,
+    hidden: usize,
+) -> Result<Vec<f32>, ModelError> {
+    if let Some(&id) = token_ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ModelError::TokenOutOfRange { id, vocab });
+    }
+    let mut x = vec![0f32; token_ids.len() * hidden];
+    for (row, &id) in x.chunks_exact_mut(hidden).zip(token_ids) {
+        embeddings.dequantize_row(id as usize, row)?;
+    }
+    Ok(x)
 }
 
 pub(crate) fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {

@@ -13,7 +13,7 @@ use super::config::HybridConfig;
 use super::gated_attention::GatedAttention;
 use super::gated_delta_net::{DeltaRule, GatedDeltaNet};
 use super::moe::{DenseMlp, MoeMlp};
-use crate::llama::{rms_rows, SharedActs};
+use crate::llama::{embed_tokens, rms_rows, SharedActs};
 use crate::{ForwardBatch, KvCache, ModelError, RecurrentStatePool};
 
 pub enum Mixer {
@@ -140,23 +140,9 @@ impl HybridModel {
                 c.kv_width()
             )));
         }
-        if let Some(&id) = batch
-            .token_ids
-            .iter()
-            .find(|&&id| id as usize >= c.vocab_size)
-        {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                vocab: c.vocab_size,
-            });
-        }
         let n = batch.token_ids.len();
         let h = c.hidden;
-        let mut x = vec![0f32; n * h];
-        for (t, &id) in batch.token_ids.iter().enumerate() {
-            self.embeddings
-                .dequantize_row(id as usize, &mut x[t * h..(t + 1) * h])?;
-        }
+        let mut x = embed_tokens(&self.embeddings, batch.token_ids, c.vocab_size, h)?;
         let mut normed = vec![0f32; n * h];
         let (mut attn_idx, mut lin_idx) = (0, 0);
         for layer in &self.layers {
