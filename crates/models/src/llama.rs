@@ -239,19 +239,34 @@ impl LlamaModel {
             let down = SharedActs::new(&gate, n, c.ffn).project(pool, &layer.w_down, None)?;
             ops::add_in_place(&mut x, &down);
         }
-        let m = batch.logits_indices.len();
-        let mut last = vec![0f32; m * h];
-        for (r, &t) in batch.logits_indices.iter().enumerate() {
-            let t = t as usize;
-            ops::rms_norm(
-                &x[t * h..(t + 1) * h],
-                &self.final_norm,
-                c.rms_eps,
-                &mut last[r * h..(r + 1) * h],
-            );
-        }
-        SharedActs::new(&last, m, h).project(pool, self.lm_head(), None)
+        output_logits(
+            pool,
+            &x,
+            batch.logits_indices,
+            &self.final_norm,
+            c.rms_eps,
+            self.lm_head(),
+        )
     }
+}
+
+/// Logits of the rows at `logits_indices`: final RMSNorm of just those rows, then the head.
+pub(crate) fn output_logits(
+    pool: &ThreadPool,
+    x: &[f32],
+    logits_indices: &[u32],
+    final_norm: &[f32],
+    eps: f32,
+    head: &QMatrix,
+) -> Result<Vec<f32>, ModelError> {
+    let h = final_norm.len();
+    let m = logits_indices.len();
+    let mut last = vec![0f32; m * h];
+    for (dst, &t) in last.chunks_exact_mut(h).zip(logits_indices) {
+        let t = t as usize;
+        ops::rms_norm(&x[t * h..(t + 1) * h], final_norm, eps, dst);
+    }
+    SharedActs::new(&last, m, h).project(pool, head, None)
 }
 
 /// Embedding rows of `token_ids`, `[n, hidden]`; an id outside the vocabulary is an error.

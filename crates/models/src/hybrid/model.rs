@@ -13,7 +13,7 @@ use super::config::HybridConfig;
 use super::gated_attention::GatedAttention;
 use super::gated_delta_net::{DeltaRule, GatedDeltaNet};
 use super::moe::{DenseMlp, MoeMlp};
-use crate::llama::{embed_tokens, rms_rows, SharedActs};
+use crate::llama::{embed_tokens, output_logits, rms_rows};
 use crate::{ForwardBatch, KvCache, ModelError, RecurrentStatePool};
 
 pub enum Mixer {
@@ -177,17 +177,13 @@ impl HybridModel {
             };
             ops::add_in_place(&mut x, &y);
         }
-        let m = batch.logits_indices.len();
-        let mut last = vec![0f32; m * h];
-        for (r, &t) in batch.logits_indices.iter().enumerate() {
-            let t = t as usize;
-            ops::rms_norm(
-                &x[t * h..(t + 1) * h],
-                &self.final_norm,
-                c.rms_eps,
-                &mut last[r * h..(r + 1) * h],
-            );
-        }
-        SharedActs::new(&last, m, h).project(pool, self.lm_head(), None)
+        output_logits(
+            pool,
+            &x,
+            batch.logits_indices,
+            &self.final_norm,
+            c.rms_eps,
+            self.lm_head(),
+        )
     }
 }
