@@ -8,6 +8,52 @@ pub enum KvCacheSize {
     Bytes(usize),
 }
 
+/// How dense models run their steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlanMode {
+    /// Build and run every step's ops as they are launched (the reference path).
+    Eager,
+    /// Capture decode and prefill buckets at start-up and replay them (eager for other steps).
+    #[default]
+    Captured,
+}
+
+impl std::str::FromStr for PlanMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "eager" => Ok(PlanMode::Eager),
+            "captured" => Ok(PlanMode::Captured),
+            other => Err(format!(
+                "unknown plan mode '{other}' (expected eager or captured)"
+            )),
+        }
+    }
+}
+
+/// Where dense models run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The fast kernels on a thread pool; supports capture.
+    #[default]
+    Cpu,
+    /// Scalar kernels on one thread, no capture: a cross-check, not for serving.
+    Reference,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(BackendKind::Cpu),
+            "reference" => Ok(BackendKind::Reference),
+            other => Err(format!(
+                "unknown backend '{other}' (expected cpu or reference)"
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
@@ -18,6 +64,8 @@ pub struct EngineConfig {
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
     pub threads: usize,
+    pub plan: PlanMode,
+    pub backend: BackendKind,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +78,8 @@ impl Default for EngineConfig {
             max_model_len: None,
             enable_prefix_caching: true,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            plan: PlanMode::default(),
+            backend: BackendKind::default(),
         }
     }
 }

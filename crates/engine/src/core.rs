@@ -14,7 +14,7 @@ use oxllm_sched::{Request, Scheduler};
 use oxllm_tok::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::runner::ModelRunner;
+use crate::runner::{ModelRunner, SampleJob};
 use crate::{EngineError, GenerationRequest, RequestEvent, TokenLogprob};
 
 /// A point-in-time view of the engine for metrics and tests.
@@ -30,6 +30,9 @@ pub struct EngineStats {
     pub steps: u64,
     pub prompt_tokens_computed: u64,
     pub generated_tokens: u64,
+    /// Steps that replayed a captured plan, and steps that ran eager.
+    pub plan_steps: u64,
+    pub eager_steps: u64,
 }
 
 impl EngineStats {
@@ -199,7 +202,31 @@ impl<'t> EngineCore<'t> {
                 .min(seq.token_ids.len());
             self.prompt_tokens_computed += prompt_part as u64;
         }
-        let (arrays, mut logits) = match self.runner.execute(&out) {
+        // One job per sampling row, in the order of the flat batch's logits rows.
+        let sampling: Vec<ReqId> = out
+            .scheduled
+            .iter()
+            .filter(|s| s.needs_sample && !s.token_ids.is_empty())
+            .map(|s| s.req_id)
+            .collect();
+        let row_of: HashMap<ReqId, usize> = sampling
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| (id, i))
+            .collect();
+        let mut jobs: Vec<Option<SampleJob<'_>>> = sampling.iter().map(|_| None).collect();
+        for (id, live) in self.live.iter_mut() {
+            if let (Some(&row), Some(req)) = (row_of.get(id), self.scheduler.request(*id)) {
+                jobs[row] = Some(SampleJob {
+                    sampler: &mut live.sampler,
+                    prompt: req.prompt(),
+                    output: req.output(),
+                });
+            }
+        }
+        let executed = self.runner.execute(&out, &mut jobs);
+        drop(jobs);
+        let (arrays, outcomes) = match executed {
             Ok(r) => r,
             Err(e) => {
                 let ids: Vec<ReqId> = out.scheduled.iter().map(|s| s.req_id).collect();
@@ -210,17 +237,14 @@ impl<'t> EngineCore<'t> {
                 return;
             }
         };
-        let vocab = self.runner.model().config.vocab_size;
         let mut sampled = Vec::with_capacity(arrays.sample_req_ids.len());
         let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
-        for (row, &id) in arrays.sample_req_ids.iter().enumerate() {
-            let (Some(live), Some(req)) = (self.live.get_mut(&id), self.scheduler.request(id))
-            else {
+        for (&id, outcome) in arrays.sample_req_ids.iter().zip(outcomes) {
+            let Some(live) = self.live.get(&id) else {
                 continue;
             };
-            let row_logits = &mut logits[row * vocab..(row + 1) * vocab];
-            match live.sampler.sample(row_logits, req.prompt(), req.output()) {
-                Ok(s) => {
+            match outcome {
+                Some(Ok(s)) => {
                     if live.want_logprobs {
                         logprobs.insert(
                             id,
@@ -233,10 +257,11 @@ impl<'t> EngineCore<'t> {
                     }
                     sampled.push((id, s.token));
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     let msg = format!("sampling failed: {e}");
                     self.fail(id, &msg);
                 }
+                None => {}
             }
         }
         let updates = match self.scheduler.update_from_output(&out, &sampled) {
@@ -348,6 +373,8 @@ impl<'t> EngineCore<'t> {
             steps: self.steps,
             prompt_tokens_computed: self.prompt_tokens_computed,
             generated_tokens: self.generated_tokens,
+            plan_steps: self.runner.counts().replayed,
+            eager_steps: self.runner.counts().eager,
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snapshot;

@@ -16,7 +16,8 @@ use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::core::{EngineCore, EngineStats};
-use crate::runner::ModelRunner;
+use crate::plans::PlanReport;
+use crate::runner::{ModelRunner, RunnerConfig};
 use crate::{EngineConfig, EngineError, GenerationRequest, RequestEvent, RequestStream};
 
 enum Command {
@@ -39,6 +40,8 @@ pub struct EngineInfo {
     pub max_num_batched_tokens: usize,
     pub vocab_size: usize,
     pub kv_bytes: usize,
+    /// What was captured at start-up (empty when plans are off or unavailable).
+    pub plans: PlanReport,
 }
 
 #[derive(Clone)]
@@ -78,6 +81,7 @@ impl Engine {
         };
         let scheduler = Scheduler::new(sched_config)?;
         let info = EngineInfo {
+            plans: PlanReport::default(),
             num_blocks,
             block_size: config.block_size,
             max_model_len,
@@ -91,11 +95,21 @@ impl Engine {
         };
         let runner = ModelRunner::new(
             model,
-            num_blocks,
-            config.block_size,
-            config.threads,
-            config.max_num_seqs,
-        );
+            RunnerConfig {
+                num_blocks,
+                block_size: config.block_size,
+                threads: config.threads,
+                max_seqs: config.max_num_seqs,
+                max_tokens: config.max_num_batched_tokens,
+                max_model_len,
+                plan: config.plan,
+                backend: config.backend,
+            },
+        )?;
+        let info = EngineInfo {
+            plans: runner.plan_report().clone(),
+            ..info
+        };
         let stats = Arc::new(Mutex::new(EngineStats::default()));
         let (tx, rx) = mpsc::channel();
         let thread_stats = Arc::clone(&stats);

@@ -13,11 +13,13 @@ mod config;
 mod core;
 mod error;
 mod handle;
+mod plans;
 mod request;
 mod runner;
 
 pub use crate::core::EngineStats;
-pub use config::{EngineConfig, KvCacheSize};
+pub use config::{BackendKind, EngineConfig, KvCacheSize, PlanMode};
 pub use error::EngineError;
 pub use handle::{Engine, EngineHandle, EngineInfo};
+pub use plans::{decode_buckets, prefill_buckets, PlanReport};
 pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};

@@ -1,102 +1,237 @@
-//! The model runner: turns a scheduler output into the model's flat batch, runs the forward
-//! pass on the paged cache, and returns one logits row per sampling request. For models with
-//! recurrent state (hybrids) it also assigns each running request a state slot, held until the
-//! scheduler reports the request finished or preempted.
+//! The model runner: turns a scheduler output into the model's inputs, runs the step, and
+//! samples each sampling row with its request's own sampler.
+//!
+//! Dense models run on a runtime backend ([`crate::plans`]): captured plans per bucket where
+//! one serves the step, eager ops otherwise; sampling happens inside the step. Hybrid models run
+//! their direct forward on a [`KvCache`] and are sampled on the host; they also get a
+//! recurrent-state slot per running request, held until the scheduler reports the request
+//! finished or preempted.
 
-use oxllm_kernels::attention::AttnMetadata;
-use oxllm_kernels::pool::ThreadPool;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use oxllm_core::ReqId;
+use oxllm_kernels::attention::AttnMetadata;
+use oxllm_kernels::pool::ThreadPool;
 use oxllm_models::{ForwardBatch, KvCache, Model};
+use oxllm_runtime::OpProfile;
+use oxllm_sample::{SampleError, Sampled, Sampler};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
 
+use crate::config::{BackendKind, PlanMode};
+use crate::plans::{GraphExec, PlanReport};
 use crate::EngineError;
 
-pub struct ModelRunner {
-    model: Model,
+/// One sampling row's request: its sampler and the ids its penalties may read.
+pub(crate) struct SampleJob<'a> {
+    pub sampler: &'a mut Sampler,
+    pub prompt: &'a [u32],
+    pub output: &'a [u32],
+}
+
+/// A sampling row's result; `None` when the row had no job.
+pub(crate) type SampleOutcome = Option<Result<Sampled, SampleError>>;
+
+/// How the runner's steps ran so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub replayed: u64,
+    pub eager: u64,
+}
+
+pub(crate) struct RunnerConfig {
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub threads: usize,
+    pub max_seqs: usize,
+    pub max_tokens: usize,
+    pub max_model_len: usize,
+    pub plan: PlanMode,
+    pub backend: BackendKind,
+}
+
+enum Exec {
+    Graph(Box<GraphExec>),
+    Direct(Direct),
+}
+
+/// The direct forward of models without plans (hybrids).
+struct Direct {
     kv: KvCache,
     pool: ThreadPool,
-    block_size: usize,
-    /// Recurrent-state slot of each running request (hybrid models only).
+    /// Recurrent-state slot of each running request.
     state_slots: HashMap<ReqId, u32>,
     free_state_slots: Vec<u32>,
 }
 
+pub struct ModelRunner {
+    model: Model,
+    block_size: usize,
+    exec: Exec,
+    counts: StepCounts,
+    report: PlanReport,
+}
+
 impl ModelRunner {
-    /// `max_seqs`: the most sequences running at once (the number of recurrent-state slots).
-    pub fn new(
-        model: Model,
-        num_blocks: usize,
-        block_size: usize,
-        threads: usize,
-        max_seqs: usize,
-    ) -> Self {
-        let kv = model.new_cache(num_blocks, block_size, max_seqs);
-        let free_state_slots = if model.has_recurrent_state() {
-            (0..max_seqs as u32).rev().collect()
-        } else {
-            Vec::new()
+    pub(crate) fn new(model: Model, cfg: RunnerConfig) -> Result<Self, EngineError> {
+        let mut report = PlanReport::default();
+        let exec = match model.dense_shared() {
+            Some(dense) => {
+                let g = GraphExec::new(
+                    Arc::clone(dense),
+                    cfg.backend,
+                    cfg.plan,
+                    cfg.threads,
+                    cfg.num_blocks,
+                    cfg.block_size,
+                    cfg.max_seqs,
+                    cfg.max_tokens,
+                    cfg.max_model_len,
+                )?;
+                report = g.report.clone();
+                Exec::Graph(Box::new(g))
+            }
+            None => {
+                if cfg.plan == PlanMode::Captured {
+                    let msg = "captured plans are not available for hybrid models yet: every step runs eager";
+                    eprintln!("oxllm: {msg}");
+                    report.failed.push(msg.to_string());
+                }
+                let kv = model.new_cache(cfg.num_blocks, cfg.block_size, cfg.max_seqs);
+                let free_state_slots = if model.has_recurrent_state() {
+                    (0..cfg.max_seqs as u32).rev().collect()
+                } else {
+                    Vec::new()
+                };
+                Exec::Direct(Direct {
+                    kv,
+                    pool: ThreadPool::new(cfg.threads),
+                    state_slots: HashMap::new(),
+                    free_state_slots,
+                })
+            }
         };
-        ModelRunner {
+        Ok(ModelRunner {
             model,
-            kv,
-            pool: ThreadPool::new(threads),
-            block_size,
-            state_slots: HashMap::new(),
-            free_state_slots,
-        }
+            block_size: cfg.block_size,
+            exec,
+            counts: StepCounts::default(),
+            report,
+        })
     }
 
-    pub fn model(&self) -> &Model {
-        &self.model
+    pub fn counts(&self) -> StepCounts {
+        self.counts
     }
 
-    /// Runs one step; returns the flat arrays (for the sampling rows' request ids) and the
-    /// logits, `[arrays.logits_indices.len(), vocab]`.
-    pub fn execute(
+    pub fn plan_report(&self) -> &PlanReport {
+        &self.report
+    }
+
+    /// Runs one step; `jobs[j]` samples the `j`-th sampling row (`arrays.sample_req_ids[j]`).
+    /// Returns the flat arrays and each row's outcome.
+    pub(crate) fn execute(
         &mut self,
         out: &SchedulerOutput,
-    ) -> Result<(BatchArrays, Vec<f32>), EngineError> {
+        jobs: &mut [Option<SampleJob<'_>>],
+    ) -> Result<(BatchArrays, Vec<SampleOutcome>), EngineError> {
+        self.execute_profiled(out, jobs, None)
+    }
+
+    pub(crate) fn execute_profiled(
+        &mut self,
+        out: &SchedulerOutput,
+        jobs: &mut [Option<SampleJob<'_>>],
+        profile: Option<&mut OpProfile>,
+    ) -> Result<(BatchArrays, Vec<SampleOutcome>), EngineError> {
         let arrays = out.to_batch_arrays(self.block_size)?;
-        let mut slots = Vec::new();
-        if self.model.has_recurrent_state() {
-            for id in out.finished.iter().chain(&out.preempted) {
-                if let Some(slot) = self.state_slots.remove(id) {
-                    self.free_state_slots.push(slot);
+        if jobs.len() != arrays.sample_req_ids.len() {
+            return Err(EngineError::Config(format!(
+                "{} sampling jobs for {} sampling rows",
+                jobs.len(),
+                arrays.sample_req_ids.len()
+            )));
+        }
+        let outcomes = match &mut self.exec {
+            Exec::Graph(g) => {
+                let num_slots = g.num_slots();
+                batch_of(&arrays, &[], self.block_size)
+                    .validate(num_slots, self.block_size)
+                    .map_err(|e| EngineError::Model(oxllm_models::ModelError::InvalidBatch(e)))?;
+                let (replayed, outcomes) = g.run(&arrays, jobs, profile)?;
+                if replayed {
+                    self.counts.replayed += 1;
+                } else {
+                    self.counts.eager += 1;
                 }
+                outcomes
             }
-            for seq in &out.scheduled {
-                let slot = match self.state_slots.get(&seq.req_id) {
-                    Some(&slot) => slot,
-                    None => {
-                        let slot = self.free_state_slots.pop().ok_or_else(|| {
-                            EngineError::Config(
-                                "more running sequences than recurrent-state slots".into(),
-                            )
-                        })?;
-                        self.state_slots.insert(seq.req_id, slot);
-                        slot
-                    }
-                };
-                slots.push(slot);
+            Exec::Direct(d) => {
+                let slots = d.assign_state_slots(&self.model, out)?;
+                let batch = batch_of(&arrays, &slots, self.block_size);
+                let mut logits = self.model.forward(&d.pool, &batch, &mut d.kv)?;
+                self.counts.eager += 1;
+                let vocab = self.model.config.vocab_size;
+                jobs.iter_mut()
+                    .zip(logits.chunks_exact_mut(vocab.max(1)))
+                    .map(|(job, row)| {
+                        job.as_mut()
+                            .map(|j| j.sampler.sample(row, j.prompt, j.output))
+                    })
+                    .collect()
+            }
+        };
+        Ok((arrays, outcomes))
+    }
+}
+
+fn batch_of<'a>(arrays: &'a BatchArrays, slots: &'a [u32], block_size: usize) -> ForwardBatch<'a> {
+    ForwardBatch {
+        token_ids: &arrays.token_ids,
+        positions: &arrays.positions,
+        slot_mapping: &arrays.slot_mapping,
+        attn: AttnMetadata {
+            query_start_loc: &arrays.query_start_loc,
+            seq_lens: &arrays.seq_lens,
+            block_tables: &arrays.block_tables,
+            block_table_stride: arrays.block_table_stride,
+            block_size,
+        },
+        logits_indices: &arrays.logits_indices,
+        state_slots: slots,
+    }
+}
+
+impl Direct {
+    fn assign_state_slots(
+        &mut self,
+        model: &Model,
+        out: &SchedulerOutput,
+    ) -> Result<Vec<u32>, EngineError> {
+        let mut slots = Vec::new();
+        if !model.has_recurrent_state() {
+            return Ok(slots);
+        }
+        for id in out.finished.iter().chain(&out.preempted) {
+            if let Some(slot) = self.state_slots.remove(id) {
+                self.free_state_slots.push(slot);
             }
         }
-        let batch = ForwardBatch {
-            token_ids: &arrays.token_ids,
-            positions: &arrays.positions,
-            slot_mapping: &arrays.slot_mapping,
-            attn: AttnMetadata {
-                query_start_loc: &arrays.query_start_loc,
-                seq_lens: &arrays.seq_lens,
-                block_tables: &arrays.block_tables,
-                block_table_stride: arrays.block_table_stride,
-                block_size: self.block_size,
-            },
-            logits_indices: &arrays.logits_indices,
-            state_slots: &slots,
-        };
-        let logits = self.model.forward(&self.pool, &batch, &mut self.kv)?;
-        Ok((arrays, logits))
+        for seq in &out.scheduled {
+            let slot = match self.state_slots.get(&seq.req_id) {
+                Some(&slot) => slot,
+                None => {
+                    let slot = self.free_state_slots.pop().ok_or_else(|| {
+                        EngineError::Config(
+                            "more running sequences than recurrent-state slots".into(),
+                        )
+                    })?;
+                    self.state_slots.insert(seq.req_id, slot);
+                    slot
+                }
+            };
+            slots.push(slot);
+        }
+        Ok(slots)
     }
 }

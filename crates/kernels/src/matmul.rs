@@ -14,8 +14,11 @@ use oxllm_core::DType;
 use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::{self, QuantError, VecDotFn};
 
+mod reference;
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;
+
+pub use reference::{matmul_reference, quantize_acts_reference};
 
 /// A 2-D weight matrix `[rows = out features, cols = in features]` in its storage format.
 #[derive(Clone, Debug)]
@@ -138,15 +141,54 @@ pub fn quantize_acts(
     cols: usize,
     dtype: DType,
 ) -> Result<QuantizedActs, QuantError> {
+    let mut out = QuantizedActs::with_capacity(0);
+    quantize_acts_into(pool, x, rows, cols, dtype, &mut out)?;
+    Ok(out)
+}
+
+impl QuantizedActs {
+    /// An empty buffer that holds `bytes` of quantized rows without reallocating.
+    pub fn with_capacity(bytes: usize) -> Self {
+        QuantizedActs {
+            dtype: DType::F32,
+            rows: 0,
+            cols: 0,
+            row_bytes: 0,
+            data: Vec::with_capacity(bytes),
+        }
+    }
+
+    /// Bytes this buffer holds without reallocating.
+    pub fn capacity(&self) -> usize {
+        self.data.capacity()
+    }
+}
+
+/// [`quantize_acts`] into an existing buffer: it allocates only when `out` is too small, so a
+/// buffer sized once serves every later step (what captured plans rely on).
+pub fn quantize_acts_into(
+    pool: &ThreadPool,
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    dtype: DType,
+    out: &mut QuantizedActs,
+) -> Result<(), QuantError> {
     assert_eq!(x.len(), rows * cols, "activation shape");
     let row_bytes = dtype
         .row_bytes(cols)
         .map_err(|_| QuantError::Unsupported(dtype))?;
-    let mut data = vec![0u8; rows * row_bytes];
+    out.data.clear();
+    out.data.resize(rows * row_bytes, 0);
+    out.dtype = dtype;
+    out.rows = rows;
+    out.cols = cols;
+    out.row_bytes = row_bytes;
+    let data = &mut out.data;
     if rows == 1 {
-        quant::quantize_row(dtype, x, &mut data)?;
+        quant::quantize_row(dtype, x, data)?;
     } else {
-        let out = SharedMut::new(&mut data);
+        let out = SharedMut::new(data);
         let failed = std::sync::atomic::AtomicBool::new(false);
         const ROWS_PER_CHUNK: usize = 8;
         let next = AtomicUsize::new(0);
@@ -171,13 +213,7 @@ pub fn quantize_acts(
             return Err(QuantError::Unsupported(dtype));
         }
     }
-    Ok(QuantizedActs {
-        dtype,
-        rows,
-        cols,
-        row_bytes,
-        data,
-    })
+    Ok(())
 }
 
 const TILE_ROWS: usize = 16;

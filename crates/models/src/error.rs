@@ -29,6 +29,8 @@ pub enum ModelError {
     Quant(#[from] oxllm_kernels::quant::QuantError),
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { id: u32, vocab: usize },
+    #[error(transparent)]
+    Runtime(#[from] oxllm_runtime::RuntimeError),
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
     #[error("cannot read model path {path}: {reason}")]

@@ -14,6 +14,7 @@
 mod batch;
 mod config;
 mod error;
+pub mod graph;
 pub mod hybrid;
 mod kv_cache;
 mod llama;

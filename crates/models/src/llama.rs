@@ -37,7 +37,7 @@ pub struct LlamaModel {
     pub final_norm: Vec<f32>,
     /// `None` when the output projection is tied to the embeddings.
     pub lm_head: Option<QMatrix>,
-    rope: Rope,
+    pub(crate) rope: Rope,
 }
 
 /// Quantized copies of one activation tensor, one per weight format that reads it.

@@ -4,6 +4,8 @@
 //! (paged K/V for the attention layers, plus a recurrent-state pool for hybrids) and call
 //! [`Model::forward`].
 
+use std::sync::Arc;
+
 use oxllm_kernels::pool::ThreadPool;
 
 use crate::hybrid::HybridModel;
@@ -11,7 +13,8 @@ use crate::{ForwardBatch, KvCache, LlamaModel, ModelConfig, ModelError};
 
 pub enum ModelKind {
     /// Llama, Mistral-style, Qwen2, Qwen3 dense.
-    Dense(LlamaModel),
+    /// Shared so that recorded plans can hold the weights they read.
+    Dense(Arc<LlamaModel>),
     /// Qwen3-Next, Qwen3.5, Qwen3-MoE.
     Hybrid(HybridModel),
 }
@@ -25,7 +28,7 @@ impl From<LlamaModel> for Model {
     fn from(m: LlamaModel) -> Model {
         Model {
             config: m.config.clone(),
-            kind: ModelKind::Dense(m),
+            kind: ModelKind::Dense(Arc::new(m)),
         }
     }
 }
@@ -85,6 +88,14 @@ impl Model {
     }
 
     pub fn dense(&self) -> Option<&LlamaModel> {
+        match &self.kind {
+            ModelKind::Dense(m) => Some(m.as_ref()),
+            ModelKind::Hybrid(_) => None,
+        }
+    }
+
+    /// The shared dense model, for building plans that hold its weights.
+    pub fn dense_shared(&self) -> Option<&Arc<LlamaModel>> {
         match &self.kind {
             ModelKind::Dense(m) => Some(m),
             ModelKind::Hybrid(_) => None,

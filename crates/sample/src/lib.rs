@@ -17,6 +17,7 @@ mod finish;
 mod logprobs;
 mod params;
 mod penalties;
+pub mod plan_op;
 mod rng;
 mod sampler;
 mod stop;

@@ -85,6 +85,11 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether [`Sampler::sample`] reads the prompt and output ids (only the penalties do).
+    pub fn needs_history(&self) -> bool {
+        self.penalties.is_active()
+    }
+
     /// How many RNG draws have been consumed (one per call to [`Sampler::sample`]).
     pub fn draws(&self) -> u64 {
         self.draws

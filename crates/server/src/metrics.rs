@@ -245,6 +245,18 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "oxllm_plan_replay_steps_total",
+            "Engine steps that replayed a captured plan.",
+            stats.plan_steps,
+        );
+        counter(
+            &mut out,
+            "oxllm_eager_steps_total",
+            "Engine steps that ran eager (no captured plan served their shape).",
+            stats.eager_steps,
+        );
+        counter(
+            &mut out,
             "oxllm_engine_steps_total",
             "Engine steps run.",
             stats.steps,
@@ -289,8 +301,16 @@ mod tests {
             max_num_batched_tokens: 64,
             vocab_size: 10,
             kv_bytes: 0,
+            plans: Default::default(),
         };
-        let text = m.render(&EngineStats::default(), &info, 0);
+        let stats = EngineStats {
+            plan_steps: 7,
+            eager_steps: 2,
+            ..EngineStats::default()
+        };
+        let text = m.render(&stats, &info, 0);
+        assert!(text.contains("oxllm_plan_replay_steps_total 7"));
+        assert!(text.contains("oxllm_eager_steps_total 2"));
         assert!(
             text.contains("oxllm_http_requests_total{endpoint=\"completions\",status=\"400\"} 1")
         );

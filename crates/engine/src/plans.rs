@@ -1,0 +1,437 @@
+//! The dense models' step executor on a runtime backend: captured plans per bucket, eager
+//! otherwise.
+//!
+//! Buckets: decode steps (every sequence computes one token) of 1, 2, 4, 8, then multiples of 8
+//! up to `max_num_seqs`, padded up with empty sequences; single-sequence prefill chunks padded
+//! to 16, 32, ... tokens up to the token budget (at most 2048). Everything else (mixed batches,
+//! several prefills) runs eager. Padding rows carry token 0, position 0 and slot -1 and belong
+//! to no sequence; padded sequences have length 0; their sampling rows are inactive.
+//!
+//! At start-up each bucket is captured once, largest first, after one warm pass of the largest
+//! decode and prefill shapes fills the buffer pool they share; a bucket whose capture fails is
+//! logged once and runs eager. Replay and eager run the same ops, so they produce the same bits.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers, StepView};
+use oxllm_models::{LlamaModel, ModelError};
+use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, ReferenceBackend};
+use oxllm_sample::plan_op::{SampleOp, SampleRows};
+use oxllm_sched::BatchArrays;
+
+use crate::config::{BackendKind, PlanMode};
+use crate::runner::{SampleJob, SampleOutcome};
+use crate::EngineError;
+
+/// Largest prefill bucket.
+const MAX_PREFILL_BUCKET: usize = 2048;
+
+/// What the start-up capture did, for the log and `EngineInfo`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlanReport {
+    pub decode_buckets: Vec<usize>,
+    pub prefill_buckets: Vec<usize>,
+    /// Buckets whose capture failed (they run eager), with the reason.
+    pub failed: Vec<String>,
+    pub capture_ms: f64,
+    pub pool_bytes: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BucketKind {
+    Decode,
+    Prefill,
+}
+
+struct Bucket {
+    kind: BucketKind,
+    size: usize,
+    plan: Plan,
+}
+
+pub(crate) struct GraphExec {
+    backend: Box<dyn Backend + Send>,
+    model: Arc<LlamaModel>,
+    kv: KvBuffers,
+    inputs: StepBuffers,
+    sample_rows: BufRef,
+    sampled_ids: BufRef,
+    buckets: Vec<Bucket>,
+    vocab: usize,
+    pub(crate) report: PlanReport,
+}
+
+/// Decode buckets for `max_seqs` sequences: 1, 2, 4, 8, then steps of 8.
+pub fn decode_buckets(max_seqs: usize) -> Vec<usize> {
+    let mut b: Vec<usize> = [1, 2, 4, 8]
+        .into_iter()
+        .filter(|&s| s <= max_seqs)
+        .collect();
+    let mut s = 16;
+    while s <= max_seqs {
+        b.push(s);
+        s += 8;
+    }
+    if b.last().is_some_and(|&l| l < max_seqs) {
+        b.push(max_seqs);
+    }
+    b
+}
+
+/// Prefill buckets up to `max_tokens`: 16, 32, ... (powers of two).
+pub fn prefill_buckets(max_tokens: usize) -> Vec<usize> {
+    let mut b = Vec::new();
+    let mut s = 16;
+    while s <= max_tokens.min(MAX_PREFILL_BUCKET) {
+        b.push(s);
+        s *= 2;
+    }
+    b
+}
+
+impl GraphExec {
+    pub(crate) fn new(
+        model: Arc<LlamaModel>,
+        backend: BackendKind,
+        mode: PlanMode,
+        threads: usize,
+        num_blocks: usize,
+        block_size: usize,
+        max_seqs: usize,
+        max_tokens: usize,
+        max_model_len: usize,
+    ) -> Result<GraphExec, EngineError> {
+        let mut backend: Box<dyn Backend + Send> = match backend {
+            BackendKind::Cpu => Box::new(CpuBackend::new(threads)),
+            BackendKind::Reference => Box::new(ReferenceBackend::new()),
+        };
+        let (kv_width, vocab) = (model.config.kv_width(), model.config.vocab_size);
+        let stride = max_model_len.div_ceil(block_size.max(1)).max(1);
+        let max_tokens = max_tokens.max(max_seqs);
+        let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
+        let kv = KvBuffers::alloc(
+            backend.as_mut(),
+            model.layers.len(),
+            num_blocks,
+            block_size,
+            kv_width,
+        )
+        .map_err(rt)?;
+        let inputs =
+            StepBuffers::alloc(backend.as_mut(), max_tokens, max_seqs, stride).map_err(rt)?;
+        let rows = inputs.logits_indices.len;
+        let sample_rows = backend
+            .alloc_host(Box::new(SampleRows::new(rows)?))
+            .map_err(rt)?;
+        let sampled_ids = backend.alloc_persistent(BufKind::U32, rows).map_err(rt)?;
+        let mut exec = GraphExec {
+            backend,
+            model,
+            kv,
+            inputs,
+            sample_rows,
+            sampled_ids,
+            buckets: Vec::new(),
+            vocab,
+            report: PlanReport::default(),
+        };
+        if mode == PlanMode::Captured {
+            exec.capture_all(max_seqs, max_tokens)?;
+        }
+        Ok(exec)
+    }
+
+    pub(crate) fn num_slots(&self) -> usize {
+        self.kv.num_slots()
+    }
+
+    fn view(&self, kind: BucketKind, size: usize) -> Option<StepView> {
+        match kind {
+            BucketKind::Decode => self.inputs.view(size, size, size),
+            BucketKind::Prefill => self.inputs.view(size, 1, 1),
+        }
+    }
+
+    /// Launches the forward of `view` and the sampling of its logits rows.
+    fn record(&mut self, view: &StepView) -> Result<(), ModelError> {
+        let logits = record_dense_forward(self.backend.as_mut(), &self.model, view, &self.kv)?;
+        self.backend.launch(Box::new(SampleOp {
+            logits,
+            rows: self.sample_rows,
+            token_ids: self.sampled_ids.prefix(view.logits()),
+            vocab: self.vocab,
+        }))?;
+        self.backend.release(logits);
+        Ok(())
+    }
+
+    fn capture_all(&mut self, max_seqs: usize, max_tokens: usize) -> Result<(), EngineError> {
+        let start = Instant::now();
+        if !self.backend.supports_capture() {
+            let msg = format!(
+                "backend `{}` does not support capture: every step runs eager",
+                self.backend.name()
+            );
+            eprintln!("oxllm: {msg}");
+            self.report.failed.push(msg);
+            return Ok(());
+        }
+        let mut wanted: Vec<(BucketKind, usize)> = Vec::new();
+        wanted.extend(
+            decode_buckets(max_seqs)
+                .into_iter()
+                .rev()
+                .map(|s| (BucketKind::Decode, s)),
+        );
+        wanted.extend(
+            prefill_buckets(max_tokens)
+                .into_iter()
+                .rev()
+                .map(|s| (BucketKind::Prefill, s)),
+        );
+        // One warm pass per kind at its largest shape fills the pool every bucket draws from.
+        for kind in [BucketKind::Decode, BucketKind::Prefill] {
+            let Some(&(_, size)) = wanted.iter().find(|(k, _)| *k == kind) else {
+                continue;
+            };
+            let Some(view) = self.view(kind, size) else {
+                continue;
+            };
+            self.backend
+                .warm_step()
+                .map_err(|e| EngineError::Model(e.into()))?;
+            let r = self.record(&view);
+            self.backend.end_step();
+            r?;
+        }
+        for (kind, size) in wanted {
+            let Some(view) = self.view(kind, size) else {
+                continue;
+            };
+            self.backend
+                .begin_capture()
+                .map_err(|e| EngineError::Model(e.into()))?;
+            match self.record(&view) {
+                Ok(()) => {
+                    let plan = self
+                        .backend
+                        .end_capture()
+                        .map_err(|e| EngineError::Model(e.into()))?;
+                    self.buckets.push(Bucket { kind, size, plan });
+                    match kind {
+                        BucketKind::Decode => self.report.decode_buckets.push(size),
+                        BucketKind::Prefill => self.report.prefill_buckets.push(size),
+                    }
+                }
+                Err(e) => {
+                    self.backend.abort_capture();
+                    let msg =
+                        format!("{kind:?} bucket {size}: capture failed ({e}); it runs eager");
+                    eprintln!("oxllm: {msg}");
+                    self.report.failed.push(msg);
+                }
+            }
+        }
+        self.report.decode_buckets.sort_unstable();
+        self.report.prefill_buckets.sort_unstable();
+        // Smallest bucket first, so the first fit is the tightest.
+        self.buckets
+            .sort_by_key(|b| (b.kind == BucketKind::Prefill, b.size));
+        self.report.capture_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.report.pool_bytes = self.backend.pooled_bytes();
+        Ok(())
+    }
+
+    /// The bucket that serves a step of `arrays`, if any.
+    fn pick_bucket(&self, arrays: &BatchArrays) -> Option<usize> {
+        let seqs = arrays.seq_lens.len();
+        let tokens = arrays.token_ids.len();
+        let decode = tokens == seqs;
+        let kind = if decode {
+            BucketKind::Decode
+        } else if seqs == 1 {
+            BucketKind::Prefill
+        } else {
+            return None;
+        };
+        let need = if decode { seqs } else { tokens };
+        self.buckets
+            .iter()
+            .position(|b| b.kind == kind && b.size >= need)
+    }
+
+    /// Runs one step: writes the inputs (padded to a bucket when one serves the step), moves
+    /// each job's sampler into its sample row, runs the plan or the eager ops, and moves the
+    /// samplers back. `jobs[j]` samples the `j`-th entry of `arrays.logits_indices` (`None`:
+    /// nobody samples it). Returns whether a plan was replayed and each job's outcome.
+    pub(crate) fn run(
+        &mut self,
+        arrays: &BatchArrays,
+        jobs: &mut [Option<SampleJob<'_>>],
+        profile: Option<&mut OpProfile>,
+    ) -> Result<(bool, Vec<SampleOutcome>), EngineError> {
+        let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
+        let bucket = self.pick_bucket(arrays);
+        let n_jobs = arrays.logits_indices.len();
+        let (view, job_rows): (_, Vec<usize>) = match bucket {
+            Some(i) => {
+                let b = &self.buckets[i];
+                let rows = match b.kind {
+                    // Decode rows are their own logits rows.
+                    BucketKind::Decode => {
+                        arrays.logits_indices.iter().map(|&t| t as usize).collect()
+                    }
+                    BucketKind::Prefill => vec![0; n_jobs],
+                };
+                (self.view(b.kind, b.size), rows)
+            }
+            None => (
+                self.inputs
+                    .view(arrays.token_ids.len(), arrays.seq_lens.len(), n_jobs),
+                (0..n_jobs).collect(),
+            ),
+        };
+        let view = view.ok_or_else(|| {
+            EngineError::Config(format!(
+                "a step of {} tokens over {} sequences exceeds the runner's buffers",
+                arrays.token_ids.len(),
+                arrays.seq_lens.len()
+            ))
+        })?;
+        self.write_inputs(arrays, &view, bucket.map(|i| self.buckets[i].kind))?;
+        {
+            const OP: &str = "prepare_sampling";
+            let mem = self.backend.host_access(OP, true).map_err(rt)?;
+            let mut rows = mem
+                .host_mut::<SampleRows>(OP, self.sample_rows)
+                .map_err(rt)?;
+            for row in rows.rows.iter_mut() {
+                row.active = false;
+            }
+            for (job, &r) in jobs.iter_mut().zip(&job_rows) {
+                let (Some(job), Some(row)) = (job, rows.rows.get_mut(r)) else {
+                    continue;
+                };
+                row.active = true;
+                std::mem::swap(&mut row.sampler, job.sampler);
+                row.prompt.clear();
+                row.output.clear();
+                if row.sampler.needs_history() {
+                    row.prompt.extend_from_slice(job.prompt);
+                    row.output.extend_from_slice(job.output);
+                }
+            }
+        }
+        let result = match bucket {
+            Some(i) => {
+                let plan = &self.buckets[i].plan;
+                match profile {
+                    Some(p) => self.backend.replay_profiled(plan).map(|got| *p = got),
+                    None => self.backend.replay(plan),
+                }
+                .map_err(rt)
+            }
+            None => self.run_eager(&view),
+        };
+        const OP: &str = "read_sampled";
+        let mem = self.backend.host_access(OP, false).map_err(rt)?;
+        let mut rows = mem
+            .host_mut::<SampleRows>(OP, self.sample_rows)
+            .map_err(rt)?;
+        let mut outcomes = Vec::with_capacity(n_jobs);
+        for (job, &r) in jobs.iter_mut().zip(&job_rows) {
+            let (Some(job), Some(row)) = (job, rows.rows.get_mut(r)) else {
+                outcomes.push(None);
+                continue;
+            };
+            std::mem::swap(&mut row.sampler, job.sampler);
+            row.active = false;
+            outcomes.push(row.result.take());
+        }
+        result.map(|()| (bucket.is_some(), outcomes))
+    }
+
+    fn run_eager(&mut self, view: &StepView) -> Result<(), EngineError> {
+        self.backend
+            .begin_step()
+            .map_err(|e| EngineError::Model(e.into()))?;
+        let r = self.record(view);
+        self.backend.end_step();
+        Ok(r?)
+    }
+
+    /// Writes `arrays` into the input buffers of `view`, padding rows and sequences up to the
+    /// view's shape.
+    fn write_inputs(
+        &mut self,
+        arrays: &BatchArrays,
+        view: &StepView,
+        bucket: Option<BucketKind>,
+    ) -> Result<(), EngineError> {
+        const OP: &str = "write_inputs";
+        let stride = view.block_table_stride;
+        let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
+        let mem = self.backend.host_access(OP, true).map_err(rt)?;
+        let n = arrays.token_ids.len();
+        let seqs = arrays.seq_lens.len();
+        fill(
+            &mut mem.u32_mut(OP, view.token_ids).map_err(rt)?,
+            &arrays.token_ids,
+            0,
+        );
+        fill(
+            &mut mem.u32_mut(OP, view.positions).map_err(rt)?,
+            &arrays.positions,
+            0,
+        );
+        fill(
+            &mut mem.i32_mut(OP, view.slot_mapping).map_err(rt)?,
+            &arrays.slot_mapping,
+            -1,
+        );
+        fill(
+            &mut mem.u32_mut(OP, view.query_start_loc).map_err(rt)?,
+            &arrays.query_start_loc,
+            n as u32,
+        );
+        fill(
+            &mut mem.u32_mut(OP, view.seq_lens).map_err(rt)?,
+            &arrays.seq_lens,
+            0,
+        );
+        {
+            let mut tables = mem.u32_mut(OP, view.block_tables).map_err(rt)?;
+            tables.fill(0);
+            let src_stride = arrays.block_table_stride;
+            if src_stride > stride {
+                return Err(EngineError::Config(format!(
+                    "a sequence holds {src_stride} blocks, more than the {stride} of the longest context"
+                )));
+            }
+            for s in 0..seqs {
+                tables[s * stride..s * stride + src_stride]
+                    .copy_from_slice(&arrays.block_tables[s * src_stride..(s + 1) * src_stride]);
+            }
+        }
+        let mut idx = mem.u32_mut(OP, view.logits_indices).map_err(rt)?;
+        match bucket {
+            // Every decode row has logits (inactive rows are not sampled).
+            Some(BucketKind::Decode) => {
+                for (i, v) in idx.iter_mut().enumerate() {
+                    *v = if i < n { i as u32 } else { 0 };
+                }
+            }
+            Some(BucketKind::Prefill) => idx[0] = n.saturating_sub(1) as u32,
+            None => idx.copy_from_slice(&arrays.logits_indices),
+        }
+        Ok(())
+    }
+}
+
+/// `dst[..src.len()] = src`, the rest `pad`.
+fn fill<T: Copy>(dst: &mut [T], src: &[T], pad: T) {
+    let n = src.len().min(dst.len());
+    dst[..n].copy_from_slice(&src[..n]);
+    dst[n..].fill(pad);
+}

@@ -1,0 +1,223 @@
+//! The Llama-family step as a launch sequence (the same math as `LlamaModel::forward`).
+
+use std::sync::Arc;
+
+use oxllm_core::DType;
+use oxllm_kernels::attention::AttnShape;
+use oxllm_runtime::{Backend, BufKind, BufRef};
+
+use super::ops::{
+    Add, Attention, Embed, GatherNorm, MatPick, Project, QkNormRope, Quantize, RmsNorm, SiluMul,
+    StoreKv, VecPick,
+};
+use super::{KvBuffers, StepView};
+use crate::{LlamaModel, ModelError};
+
+/// Launches one forward step of `model` on `b` and returns the step-local logits buffer,
+/// `[step.logits(), vocab]` (the caller releases it). Rows are the step's token rows; K/V go to
+/// `kv` at the slot mapping.
+pub fn record_dense_forward(
+    b: &mut dyn Backend,
+    model: &Arc<LlamaModel>,
+    step: &StepView,
+    kv: &KvBuffers,
+) -> Result<BufRef, ModelError> {
+    let c = &model.config;
+    if kv.kv_width != c.kv_width() || kv.layers.len() != model.layers.len() {
+        return Err(ModelError::InvalidBatch(format!(
+            "cache of {} layers x {} values, the model needs {} x {}",
+            kv.layers.len(),
+            kv.kv_width,
+            model.layers.len(),
+            c.kv_width()
+        )));
+    }
+    let n = step.tokens();
+    let (h, qw, kw) = (c.hidden, c.q_width(), c.kv_width());
+    let shape = AttnShape {
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        scale: 1.0 / (c.head_dim as f32).sqrt(),
+    };
+    let x = b.alloc("embed", BufKind::F32, n * h)?;
+    b.launch(Box::new(Embed {
+        model: model.clone(),
+        tokens: step.token_ids,
+        out: x,
+    }))?;
+    let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
+    for (li, layer) in model.layers.iter().enumerate() {
+        let (k_cache, v_cache) = kv.layers[li];
+        norm(b, model, li, |m, l| Some(&m.layers[l].attn_norm), x, normed)?;
+        let qkv_mats: [(MatPick, Option<VecPick>); 3] = [
+            (
+                |m, l| &m.layers[l].wq,
+                Some(|m, l| m.layers[l].bq.as_deref()),
+            ),
+            (
+                |m, l| &m.layers[l].wk,
+                Some(|m, l| m.layers[l].bk.as_deref()),
+            ),
+            (
+                |m, l| &m.layers[l].wv,
+                Some(|m, l| m.layers[l].bv.as_deref()),
+            ),
+        ];
+        let dtypes = [&layer.wq, &layer.wk, &layer.wv].map(|w| w.activation_dtype());
+        let qkv = [n * qw, n * kw, n * kw];
+        let [q, k, v] = project(b, model, li, qkv_mats, normed, n, h, dtypes, qkv)?;
+        b.launch(Box::new(QkNormRope {
+            model: model.clone(),
+            layer: li,
+            q,
+            k,
+            positions: step.positions,
+        }))?;
+        b.launch(Box::new(StoreKv {
+            slot_mapping: step.slot_mapping,
+            k,
+            v,
+            k_cache,
+            v_cache,
+            kv_width: kw,
+        }))?;
+        let attn = b.alloc("attention", BufKind::F32, n * qw)?;
+        b.launch(Box::new(Attention {
+            q,
+            k_cache,
+            v_cache,
+            query_start_loc: step.query_start_loc,
+            seq_lens: step.seq_lens,
+            block_tables: step.block_tables,
+            block_table_stride: step.block_table_stride,
+            block_size: kv.block_size,
+            shape,
+            out: attn,
+        }))?;
+        for buf in [q, k, v] {
+            b.release(buf);
+        }
+        let wo: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].wo, None)];
+        let [o] = project(
+            b,
+            model,
+            li,
+            wo,
+            attn,
+            n,
+            qw,
+            [layer.wo.activation_dtype()],
+            [n * h],
+        )?;
+        b.release(attn);
+        b.launch(Box::new(Add { acc: x, x: o }))?;
+        b.release(o);
+
+        norm(b, model, li, |m, l| Some(&m.layers[l].ffn_norm), x, normed)?;
+        let gate_up: [(MatPick, Option<VecPick>); 2] = [
+            (|m, l| &m.layers[l].w_gate, None),
+            (|m, l| &m.layers[l].w_up, None),
+        ];
+        let dtypes = [&layer.w_gate, &layer.w_up].map(|w| w.activation_dtype());
+        let [gate, up] = project(b, model, li, gate_up, normed, n, h, dtypes, [n * c.ffn; 2])?;
+        b.launch(Box::new(SiluMul { gate, up }))?;
+        b.release(up);
+        let down: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].w_down, None)];
+        let dt = [layer.w_down.activation_dtype()];
+        let [d] = project(b, model, li, down, gate, n, c.ffn, dt, [n * h])?;
+        b.release(gate);
+        b.launch(Box::new(Add { acc: x, x: d }))?;
+        b.release(d);
+    }
+    b.release(normed);
+
+    let m = step.logits();
+    let last = b.alloc("final_norm", BufKind::F32, m * h)?;
+    b.launch(Box::new(GatherNorm {
+        model: model.clone(),
+        x,
+        logits_indices: step.logits_indices,
+        out: last,
+    }))?;
+    b.release(x);
+    let head: [(MatPick, Option<VecPick>); 1] = [(|m, _| m.lm_head(), None)];
+    let dt = [model.lm_head().activation_dtype()];
+    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * c.vocab_size])?;
+    b.release(last);
+    Ok(logits)
+}
+
+fn norm(
+    b: &mut dyn Backend,
+    model: &Arc<LlamaModel>,
+    layer: usize,
+    weight: VecPick,
+    x: BufRef,
+    out: BufRef,
+) -> Result<(), ModelError> {
+    b.launch(Box::new(RmsNorm {
+        model: model.clone(),
+        layer,
+        weight,
+        x,
+        out,
+    }))?;
+    Ok(())
+}
+
+/// Quantizes `input` (`rows x cols`) once per distinct activation format and launches the `N`
+/// products in one op; returns the fresh output buffers of `out_lens` elements.
+#[allow(clippy::too_many_arguments)]
+fn project<const N: usize>(
+    b: &mut dyn Backend,
+    model: &Arc<LlamaModel>,
+    layer: usize,
+    mats: [(MatPick, Option<VecPick>); N],
+    input: BufRef,
+    rows: usize,
+    cols: usize,
+    dtypes: [DType; N],
+    out_lens: [usize; N],
+) -> Result<[BufRef; N], ModelError> {
+    let mut quantized: [Option<(DType, BufRef)>; N] = [None; N];
+    let mut acts = [input; N];
+    for k in 0..N {
+        let dtype = dtypes[k];
+        let existing = quantized.iter().flatten().find(|(d, _)| *d == dtype);
+        acts[k] = match existing {
+            Some(&(_, buf)) => buf,
+            None => {
+                let bytes = rows
+                    * dtype.row_bytes(cols).map_err(|e| {
+                        ModelError::InvalidBatch(format!("activation rows of {cols}: {e}"))
+                    })?;
+                let buf = b.alloc("quantize", BufKind::QActs, bytes)?;
+                b.launch(Box::new(Quantize {
+                    x: input,
+                    rows,
+                    cols,
+                    dtype,
+                    out: buf,
+                }))?;
+                quantized[k] = Some((dtype, buf));
+                buf
+            }
+        };
+    }
+    let mut outs = [input; N];
+    for k in 0..N {
+        outs[k] = b.alloc("matmul", BufKind::F32, out_lens[k])?;
+    }
+    b.launch(Box::new(Project {
+        model: model.clone(),
+        layer,
+        mats,
+        acts,
+        outs,
+    }))?;
+    for (_, buf) in quantized.iter().flatten() {
+        b.release(*buf);
+    }
+    Ok(outs)
+}

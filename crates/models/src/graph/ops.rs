@@ -1,0 +1,334 @@
+//! The ops of the dense forward. Each reads its operands from buffers and the weights from the
+//! shared model, so a recorded op stays valid for every replay.
+
+use std::sync::Arc;
+
+use oxllm_core::DType;
+use oxllm_kernels::attention::{
+    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape,
+};
+use oxllm_kernels::matmul::{
+    add_bias, matmul_many, matmul_reference, quantize_acts_into, quantize_acts_reference, QMatrix,
+};
+use oxllm_kernels::ops;
+use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
+
+use crate::LlamaModel;
+
+/// A weight matrix of layer `l`, or of the whole model when the layer is ignored.
+pub(crate) type MatPick = for<'m> fn(&'m LlamaModel, usize) -> &'m QMatrix;
+/// A weight vector (norm, bias) of layer `l`, when the model has it.
+pub(crate) type VecPick = for<'m> fn(&'m LlamaModel, usize) -> Option<&'m [f32]>;
+
+pub(crate) struct Embed {
+    pub model: Arc<LlamaModel>,
+    pub tokens: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for Embed {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let tokens = mem.u32(self.name(), self.tokens)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        let (vocab, h) = (self.model.config.vocab_size, self.model.config.hidden);
+        for (row, &id) in out.chunks_exact_mut(h).zip(tokens.iter()) {
+            if id as usize >= vocab {
+                return Err(RuntimeError::op(
+                    self.name(),
+                    format!("token id {id} is outside the vocabulary of {vocab}"),
+                ));
+            }
+            self.model
+                .embeddings
+                .dequantize_row(id as usize, row)
+                .map_err(|e| RuntimeError::op(self.name(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// RMSNorm of every row of `x` with a layer's norm weight.
+pub(crate) struct RmsNorm {
+    pub model: Arc<LlamaModel>,
+    pub layer: usize,
+    pub weight: VecPick,
+    pub x: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for RmsNorm {
+    fn name(&self) -> &'static str {
+        "rms_norm"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let w = (self.weight)(&self.model, self.layer)
+            .ok_or_else(|| RuntimeError::op(self.name(), "missing norm weight"))?;
+        let x = mem.f32(self.name(), self.x)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        crate::llama::rms_rows(&x, w, self.model.config.rms_eps, &mut out);
+        Ok(())
+    }
+}
+
+/// Quantizes `rows` rows of `x` into the activation format `dtype`.
+pub(crate) struct Quantize {
+    pub x: BufRef,
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: DType,
+    pub out: BufRef,
+}
+
+impl Op for Quantize {
+    fn name(&self) -> &'static str {
+        "quantize"
+    }
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let x = mem.f32(self.name(), self.x)?;
+        let mut out = mem.qacts_mut(self.name(), self.out)?;
+        let r = if cx.reference {
+            quantize_acts_reference(&x, self.rows, self.cols, self.dtype, &mut out)
+        } else {
+            quantize_acts_into(cx.pool, &x, self.rows, self.cols, self.dtype, &mut out)
+        };
+        r.map_err(|e| RuntimeError::op(self.name(), e))
+    }
+}
+
+/// Up to `N` products of quantized inputs with a layer's matrices in one pool dispatch, each
+/// with an optional bias: `outs[k] = acts[k] · W_kᵀ (+ b_k)`.
+pub(crate) struct Project<const N: usize> {
+    pub model: Arc<LlamaModel>,
+    pub layer: usize,
+    pub mats: [(MatPick, Option<VecPick>); N],
+    pub acts: [BufRef; N],
+    pub outs: [BufRef; N],
+}
+
+impl<const N: usize> Op for Project<N> {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let name = self.name();
+        let ws: [&QMatrix; N] = std::array::from_fn(|k| (self.mats[k].0)(&self.model, self.layer));
+        let acts = try_array::<_, _, N>(|k| mem.qacts(name, self.acts[k]))?;
+        let mut outs = try_array::<_, _, N>(|k| mem.f32_mut(name, self.outs[k]))?;
+        if cx.reference {
+            for k in 0..N {
+                matmul_reference(ws[k], &acts[k], &mut outs[k])
+                    .map_err(|e| RuntimeError::op(name, e))?;
+            }
+        } else {
+            let mut k = 0;
+            let mut jobs = outs.each_mut().map(|o| {
+                let job = (ws[k], &*acts[k], &mut **o);
+                k += 1;
+                job
+            });
+            matmul_many(cx.pool, &mut jobs).map_err(|e| RuntimeError::op(name, e))?;
+        }
+        for (k, out) in outs.iter_mut().enumerate() {
+            if let Some(bias) = self.mats[k].1.and_then(|b| b(&self.model, self.layer)) {
+                add_bias(out, bias);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[f(0), .., f(N-1)]`, or the first error; allocates nothing.
+fn try_array<T, E, const N: usize>(mut f: impl FnMut(usize) -> Result<T, E>) -> Result<[T; N], E> {
+    let mut filled: [Option<T>; N] = std::array::from_fn(|_| None);
+    for (k, slot) in filled.iter_mut().enumerate() {
+        *slot = Some(f(k)?);
+    }
+    Ok(filled.map(|v| v.unwrap_or_else(|| unreachable!("every entry was filled above"))))
+}
+
+/// Per-head q/k RMSNorm (Qwen3) and rotary embedding of each row at its position.
+pub(crate) struct QkNormRope {
+    pub model: Arc<LlamaModel>,
+    pub layer: usize,
+    pub q: BufRef,
+    pub k: BufRef,
+    pub positions: BufRef,
+}
+
+impl Op for QkNormRope {
+    fn name(&self) -> &'static str {
+        "qk_norm_rope"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let m = &self.model;
+        let c = &m.config;
+        let positions = mem.u32(self.name(), self.positions)?;
+        let mut q = mem.f32_mut(self.name(), self.q)?;
+        let mut k = mem.f32_mut(self.name(), self.k)?;
+        let layer = &m.layers[self.layer];
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            ops::rms_norm_rows_in_place(&mut q, qn, c.rms_eps);
+            ops::rms_norm_rows_in_place(&mut k, kn, c.rms_eps);
+        }
+        let (qw, kw) = (c.q_width(), c.kv_width());
+        for (t, &pos) in positions.iter().enumerate() {
+            m.rope.apply(&mut q[t * qw..(t + 1) * qw], pos as usize);
+            m.rope.apply(&mut k[t * kw..(t + 1) * kw], pos as usize);
+        }
+        Ok(())
+    }
+}
+
+/// Writes each row's K and V into its cache slot; slot -1 (padding) is skipped.
+pub(crate) struct StoreKv {
+    pub slot_mapping: BufRef,
+    pub k: BufRef,
+    pub v: BufRef,
+    pub k_cache: BufRef,
+    pub v_cache: BufRef,
+    pub kv_width: usize,
+}
+
+impl Op for StoreKv {
+    fn name(&self) -> &'static str {
+        "store_kv"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let slots = mem.i32(self.name(), self.slot_mapping)?;
+        let (k, v) = (mem.f32(self.name(), self.k)?, mem.f32(self.name(), self.v)?);
+        let mut kc = mem.f32_mut(self.name(), self.k_cache)?;
+        let mut vc = mem.f32_mut(self.name(), self.v_cache)?;
+        let cap = (kc.len() / self.kv_width.max(1)) as i32;
+        if let Some(&bad) = slots.iter().find(|&&s| s >= cap || s < -1) {
+            return Err(RuntimeError::op(
+                self.name(),
+                format!("slot {bad} outside the cache"),
+            ));
+        }
+        store_kv(&mut kc, &mut vc, &slots, &k, &v, self.kv_width);
+        Ok(())
+    }
+}
+
+/// Causal paged attention of every row over its sequence's cached K/V. Rows past the last
+/// sequence (padding) are zeroed.
+pub(crate) struct Attention {
+    pub q: BufRef,
+    pub k_cache: BufRef,
+    pub v_cache: BufRef,
+    pub query_start_loc: BufRef,
+    pub seq_lens: BufRef,
+    pub block_tables: BufRef,
+    pub block_table_stride: usize,
+    pub block_size: usize,
+    pub shape: AttnShape,
+    pub out: BufRef,
+}
+
+impl Op for Attention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let name = self.name();
+        let q = mem.f32(name, self.q)?;
+        let (kc, vc) = (mem.f32(name, self.k_cache)?, mem.f32(name, self.v_cache)?);
+        let qsl = mem.u32(name, self.query_start_loc)?;
+        let seq_lens = mem.u32(name, self.seq_lens)?;
+        let tables = mem.u32(name, self.block_tables)?;
+        let mut out = mem.f32_mut(name, self.out)?;
+        let meta = AttnMetadata {
+            query_start_loc: &qsl,
+            seq_lens: &seq_lens,
+            block_tables: &tables,
+            block_table_stride: self.block_table_stride,
+            block_size: self.block_size,
+        };
+        let width = self.shape.n_heads * self.shape.head_dim;
+        let real_rows = qsl
+            .last()
+            .map_or(0, |&r| r as usize)
+            .min(out.len() / width.max(1));
+        out[real_rows * width..].fill(0.0);
+        if cx.reference {
+            paged_attention_scalar(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
+        } else {
+            paged_attention(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
+        }
+        Ok(())
+    }
+}
+
+/// `acc += x`.
+pub(crate) struct Add {
+    pub acc: BufRef,
+    pub x: BufRef,
+}
+
+impl Op for Add {
+    fn name(&self) -> &'static str {
+        "add"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let x = mem.f32(self.name(), self.x)?;
+        ops::add_in_place(&mut mem.f32_mut(self.name(), self.acc)?, &x);
+        Ok(())
+    }
+}
+
+/// `gate = silu(gate) * up`.
+pub(crate) struct SiluMul {
+    pub gate: BufRef,
+    pub up: BufRef,
+}
+
+impl Op for SiluMul {
+    fn name(&self) -> &'static str {
+        "silu_mul"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let up = mem.f32(self.name(), self.up)?;
+        ops::silu_mul_in_place(&mut mem.f32_mut(self.name(), self.gate)?, &up);
+        Ok(())
+    }
+}
+
+/// Final RMSNorm of the rows at the logits indices, gathered into `out` (`[m, hidden]`).
+pub(crate) struct GatherNorm {
+    pub model: Arc<LlamaModel>,
+    pub x: BufRef,
+    pub logits_indices: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for GatherNorm {
+    fn name(&self) -> &'static str {
+        "final_norm"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let x = mem.f32(self.name(), self.x)?;
+        let idx = mem.u32(self.name(), self.logits_indices)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        let h = self.model.final_norm.len();
+        let rows = x.len() / h.max(1);
+        for (dst, &t) in out.chunks_exact_mut(h).zip(idx.iter()) {
+            let t = t as usize;
+            if t >= rows {
+                return Err(RuntimeError::op(
+                    self.name(),
+                    format!("logits index {t} outside {rows} rows"),
+                ));
+            }
+            ops::rms_norm(
+                &x[t * h..(t + 1) * h],
+                &self.model.final_norm,
+                self.model.config.rms_eps,
+                dst,
+            );
+        }
+        Ok(())
+    }
+}

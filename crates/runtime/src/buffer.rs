@@ -1,0 +1,238 @@
+//! Buffers as the CPU backends hold them, and typed, borrow-checked access to them.
+//!
+//! A [`BufRef`] names an arena slot and the logical length an op uses; the storage behind a
+//! slot may be larger (a buffer warmed for a larger bucket serves every smaller one). Access
+//! goes through [`Memory`], which hands out `RefCell` borrows: an op that names the same buffer
+//! as an input and an output gets [`RuntimeError::Aliased`] instead of undefined behaviour.
+
+use std::any::Any;
+use std::cell::{Ref, RefCell, RefMut};
+
+use oxllm_kernels::matmul::QuantizedActs;
+
+use crate::RuntimeError;
+
+/// What a buffer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufKind {
+    F32,
+    U32,
+    I32,
+    /// Quantized activation rows; lengths count bytes.
+    QActs,
+    /// A typed value the host prepares before a replay (e.g. per-row sampling state).
+    Host,
+}
+
+/// The storage of one arena slot.
+pub enum Buffer {
+    Empty,
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    QActs(QuantizedActs),
+    Host(Box<dyn Any + Send>),
+}
+
+impl Buffer {
+    /// A zeroed buffer of `len` elements (bytes for `QActs`); `Host` buffers are made by the
+    /// caller.
+    pub(crate) fn new(kind: BufKind, len: usize) -> Buffer {
+        match kind {
+            BufKind::F32 => Buffer::F32(vec![0.0; len]),
+            BufKind::U32 => Buffer::U32(vec![0; len]),
+            BufKind::I32 => Buffer::I32(vec![0; len]),
+            BufKind::QActs => Buffer::QActs(QuantizedActs::with_capacity(len)),
+            BufKind::Host => Buffer::Empty,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Option<BufKind> {
+        match self {
+            Buffer::Empty => None,
+            Buffer::F32(_) => Some(BufKind::F32),
+            Buffer::U32(_) => Some(BufKind::U32),
+            Buffer::I32(_) => Some(BufKind::I32),
+            Buffer::QActs(_) => Some(BufKind::QActs),
+            Buffer::Host(_) => Some(BufKind::Host),
+        }
+    }
+
+    /// Elements (bytes for `QActs`) this buffer holds without reallocating.
+    pub(crate) fn capacity(&self) -> usize {
+        match self {
+            Buffer::Empty | Buffer::Host(_) => 0,
+            Buffer::F32(v) => v.len(),
+            Buffer::U32(v) => v.len(),
+            Buffer::I32(v) => v.len(),
+            Buffer::QActs(q) => q.capacity(),
+        }
+    }
+}
+
+/// A buffer as ops name it: an arena slot and the length this use covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufRef {
+    pub(crate) slot: u32,
+    pub(crate) kind: BufKind,
+    pub len: usize,
+}
+
+impl BufRef {
+    pub fn kind(&self) -> BufKind {
+        self.kind
+    }
+
+    /// The same buffer seen with a shorter length (e.g. the first `len` rows of an input).
+    pub fn prefix(self, len: usize) -> BufRef {
+        BufRef {
+            len: len.min(self.len),
+            ..self
+        }
+    }
+}
+
+/// Every buffer of a backend, by slot.
+#[derive(Default)]
+pub struct Memory {
+    pub(crate) slots: Vec<RefCell<Buffer>>,
+}
+
+macro_rules! typed_access {
+    ($get:ident, $get_mut:ident, $variant:ident, $t:ty) => {
+        pub fn $get(&self, op: &'static str, b: BufRef) -> Result<Ref<'_, [$t]>, RuntimeError> {
+            let cell = self.cell(op, b, BufKind::$variant)?;
+            let r = cell
+                .try_borrow()
+                .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+            Ref::filter_map(r, |buf| match buf {
+                Buffer::$variant(v) if v.len() >= b.len => Some(&v[..b.len]),
+                _ => None,
+            })
+            .map_err(|_| RuntimeError::BadBuffer {
+                op,
+                slot: b.slot,
+                kind: BufKind::$variant,
+            })
+        }
+
+        pub fn $get_mut(
+            &self,
+            op: &'static str,
+            b: BufRef,
+        ) -> Result<RefMut<'_, [$t]>, RuntimeError> {
+            let cell = self.cell(op, b, BufKind::$variant)?;
+            let r = cell
+                .try_borrow_mut()
+                .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+            RefMut::filter_map(r, |buf| match buf {
+                Buffer::$variant(v) if v.len() >= b.len => Some(&mut v[..b.len]),
+                _ => None,
+            })
+            .map_err(|_| RuntimeError::BadBuffer {
+                op,
+                slot: b.slot,
+                kind: BufKind::$variant,
+            })
+        }
+    };
+}
+
+impl Memory {
+    fn cell(
+        &self,
+        op: &'static str,
+        b: BufRef,
+        kind: BufKind,
+    ) -> Result<&RefCell<Buffer>, RuntimeError> {
+        self.slots
+            .get(b.slot as usize)
+            .filter(|_| b.kind == kind)
+            .ok_or(RuntimeError::BadBuffer {
+                op,
+                slot: b.slot,
+                kind,
+            })
+    }
+
+    typed_access!(f32, f32_mut, F32, f32);
+    typed_access!(u32, u32_mut, U32, u32);
+    typed_access!(i32, i32_mut, I32, i32);
+
+    pub fn qacts(
+        &self,
+        op: &'static str,
+        b: BufRef,
+    ) -> Result<Ref<'_, QuantizedActs>, RuntimeError> {
+        let cell = self.cell(op, b, BufKind::QActs)?;
+        let r = cell
+            .try_borrow()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        Ref::filter_map(r, |buf| match buf {
+            Buffer::QActs(q) => Some(q),
+            _ => None,
+        })
+        .map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind: BufKind::QActs,
+        })
+    }
+
+    pub fn qacts_mut(
+        &self,
+        op: &'static str,
+        b: BufRef,
+    ) -> Result<RefMut<'_, QuantizedActs>, RuntimeError> {
+        let cell = self.cell(op, b, BufKind::QActs)?;
+        let r = cell
+            .try_borrow_mut()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        RefMut::filter_map(r, |buf| match buf {
+            Buffer::QActs(q) => Some(q),
+            _ => None,
+        })
+        .map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind: BufKind::QActs,
+        })
+    }
+
+    /// The typed host value of a `Host` buffer.
+    pub fn host<T: Any>(&self, op: &'static str, b: BufRef) -> Result<Ref<'_, T>, RuntimeError> {
+        let cell = self.cell(op, b, BufKind::Host)?;
+        let r = cell
+            .try_borrow()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        Ref::filter_map(r, |buf| match buf {
+            Buffer::Host(v) => v.downcast_ref::<T>(),
+            _ => None,
+        })
+        .map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind: BufKind::Host,
+        })
+    }
+
+    pub fn host_mut<T: Any>(
+        &self,
+        op: &'static str,
+        b: BufRef,
+    ) -> Result<RefMut<'_, T>, RuntimeError> {
+        let cell = self.cell(op, b, BufKind::Host)?;
+        let r = cell
+            .try_borrow_mut()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        RefMut::filter_map(r, |buf| match buf {
+            Buffer::Host(v) => v.downcast_mut::<T>(),
+            _ => None,
+        })
+        .map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind: BufKind::Host,
+        })
+    }
+}
