@@ -7,4 +7,5 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod quant;
+mod scratch;
 pub mod weight_dot;

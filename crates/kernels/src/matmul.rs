@@ -13,6 +13,8 @@ use oxllm_core::DType;
 
 use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::{self, QuantError, VecDotFn};
+#[cfg(target_arch = "x86_64")]
+use crate::scratch::Scratch;
 
 mod reference;
 #[cfg(target_arch = "x86_64")]
@@ -250,15 +252,24 @@ pub fn matmul_many(
     pool: &ThreadPool,
     jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
 ) -> Result<(), QuantError> {
-    let mut plans = Vec::with_capacity(jobs.len());
-    for (w, acts, out) in jobs.iter() {
-        check_shapes(w, acts, out);
-        plans.push(plan(pool, w, acts, false)?);
+    // Plans live on the stack (no allocation per call); larger lists go in groups.
+    for group in jobs.chunks_mut(MAX_MANY) {
+        let mut plans: [Option<Plan<'_>>; MAX_MANY] = [const { None }; MAX_MANY];
+        for (slot, (w, acts, out)) in plans.iter_mut().zip(group.iter()) {
+            check_shapes(w, acts, out);
+            *slot = Some(plan(pool, w, acts, false)?);
+        }
+        let mut outs: [Option<SharedMut<f32>>; MAX_MANY] = [const { None }; MAX_MANY];
+        for (slot, job) in outs.iter_mut().zip(group.iter_mut()) {
+            *slot = Some(SharedMut::new(job.2));
+        }
+        execute(pool, &plans[..group.len()], &outs[..group.len()]);
     }
-    let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.2)).collect();
-    execute(pool, &plans, &outs);
     Ok(())
 }
+
+/// Products per pool dispatch in [`matmul_many`].
+const MAX_MANY: usize = 4;
 
 fn check_shapes(w: &QMatrix, acts: &QuantizedActs, out: &[f32]) {
     assert_eq!(acts.cols, w.cols, "inner dimension");
@@ -278,7 +289,7 @@ pub fn matmul_pairwise(
 ) -> Result<(), QuantError> {
     check_shapes(w, acts, out);
     let plan = plan(pool, w, acts, true)?;
-    execute(pool, &[plan], &[SharedMut::new(out)]);
+    execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
     Ok(())
 }
 
@@ -379,13 +390,19 @@ impl Plan<'_> {
                 let j0 = t * tile_rows;
                 let j1 = (j0 + tile_rows).min(n_out);
                 if let Some(rows_dot) = rows_dot {
-                    let rows: Vec<&[u8]> = (0..acts.rows).map(|i| acts.row(i)).collect();
-                    let mut col = vec![0f32; acts.rows];
-                    for j in j0..j1 {
-                        rows_dot(w.cols, w.row(j), &rows, &mut col);
-                        for (i, v) in col.iter().enumerate() {
-                            // SAFETY: column j of each output row belongs to this tile.
-                            unsafe { out.slice(i * n_out + j, 1)[0] = *v };
+                    // Groups of activation rows on the stack; each row gets the single-row
+                    // kernel's bits whatever group it is in.
+                    const G: usize = 8;
+                    for i0 in (0..acts.rows).step_by(G) {
+                        let g = (acts.rows - i0).min(G);
+                        let rows: [&[u8]; G] = std::array::from_fn(|i| acts.row(i0 + i.min(g - 1)));
+                        let mut col = [0f32; G];
+                        for j in j0..j1 {
+                            rows_dot(w.cols, w.row(j), &rows[..g], &mut col[..g]);
+                            for (i, v) in col[..g].iter().enumerate() {
+                                // SAFETY: column j of each output row belongs to this tile.
+                                unsafe { out.slice((i0 + i) * n_out + j, 1)[0] = *v };
+                            }
                         }
                     }
                     return;
@@ -404,21 +421,23 @@ impl Plan<'_> {
 }
 
 /// Runs every tile of every plan in one pool dispatch, handed out by one atomic counter.
-fn execute(pool: &ThreadPool, plans: &[Plan<'_>], outs: &[SharedMut<f32>]) {
-    let mut ends = Vec::with_capacity(plans.len());
+fn execute(pool: &ThreadPool, plans: &[Option<Plan<'_>>], outs: &[Option<SharedMut<f32>>]) {
+    let mut ends = [0usize; MAX_MANY];
     let mut total = 0;
-    for p in plans {
-        total += p.tiles();
-        ends.push(total);
+    for (end, p) in ends.iter_mut().zip(plans) {
+        total += p.as_ref().map_or(0, |p| p.tiles());
+        *end = total;
     }
     if total == 0 {
         return;
     }
     let next = AtomicUsize::new(0);
     let run = |t: usize| {
-        let k = ends.iter().position(|&e| t < e).unwrap_or(0);
+        let k = ends[..plans.len()].iter().position(|&e| t < e).unwrap_or(0);
         let start = if k == 0 { 0 } else { ends[k - 1] };
-        plans[k].run_tile(t - start, &outs[k]);
+        if let (Some(p), Some(out)) = (&plans[k], &outs[k]) {
+            p.run_tile(t - start, out);
+        }
     };
     if total == 1 {
         run(0);
@@ -442,8 +461,8 @@ struct TiledPlan<'a> {
     w: &'a QMatrix,
     acts: &'a QuantizedActs,
     /// Activation scales as f32, transposed per chunk: `[chunk][block][lane]`.
-    ad: Vec<f32>,
-    asum: Vec<f32>,
+    ad: Scratch<f32>,
+    asum: Scratch<f32>,
     nb: usize,
     wt: usize,
     at: usize,
@@ -463,15 +482,18 @@ fn tiled_plan<'a, F: tile_avx2::Format>(
     let (m, n) = (acts.rows, w.rows);
     assert!(w.row_bytes == nb * F::W_BYTES && acts.row_bytes == nb * F::A_BYTES);
     let chunks = m.div_ceil(CH);
-    let mut ad = vec![0f32; chunks * nb * CH];
-    let mut asum = vec![0f32; chunks * nb * CH];
+    let mut ad = Scratch::<f32>::take(chunks * nb * CH);
+    let mut asum = Scratch::<f32>::take(chunks * nb * CH);
     for ch in 0..chunks {
-        let rows: Vec<*const u8> = (ch * CH..(ch * CH + CH).min(m))
-            .map(|i| acts.data[i * acts.row_bytes..].as_ptr())
-            .collect();
+        let r0 = ch * CH;
+        let live = (r0 + CH).min(m) - r0;
+        let rows: [*const u8; CH] =
+            std::array::from_fn(|i| acts.data[(r0 + i.min(live - 1)) * acts.row_bytes..].as_ptr());
         let span = ch * nb * CH..(ch + 1) * nb * CH;
         // SAFETY: AVX2+FMA+F16C checked by the caller; each row holds nb blocks (assert above).
-        unsafe { tile_avx2::act_scales::<F>(nb, &rows, &mut ad[span.clone()], &mut asum[span]) };
+        unsafe {
+            tile_avx2::act_scales::<F>(nb, &rows[..live], &mut ad[span.clone()], &mut asum[span])
+        };
     }
     let wt = if m <= CH {
         decode_tile_rows(n, pool.n_threads())
@@ -589,7 +611,7 @@ mod tests {
         fn run<F: Format>(pool: &ThreadPool, w: &QMatrix, a: &QuantizedActs) -> Vec<f32> {
             let mut out = vec![0f32; a.rows * w.rows];
             let plan = Plan::Tiled(tiled_plan::<F>(pool, w, a));
-            execute(pool, &[plan], &[SharedMut::new(&mut out)]);
+            execute(pool, &[Some(plan)], &[Some(SharedMut::new(&mut out))]);
             out
         }
         let pool = ThreadPool::new(2);

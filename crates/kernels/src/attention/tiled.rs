@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::{AttnMetadata, AttnShape};
 use crate::ops::softmax_in_place;
 use crate::pool::{SharedMut, ThreadPool};
+use crate::scratch::Scratch;
 
 /// Queries per tile.
 const QT: usize = 8;
@@ -41,19 +42,45 @@ pub(super) fn paged_attention_tiled(
         n_heads,
         n_kv_heads,
         head_dim,
-        scale,
+        ..
     } = shape;
     assert!(head_dim.is_multiple_of(8) && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    assert_eq!(out.len(), q.len());
+    assert_eq!(q.len() % (n_heads * head_dim), 0);
+    // Rows of no sequence (padding) and of empty sequences stay zero.
+    out.fill(0.0);
+    ITEMS.with_borrow_mut(|items| {
+        items.clear();
+        tiled_items(pool, q, k_cache, v_cache, meta, shape, out, items);
+    });
+}
+
+thread_local! {
+    /// Work items of the last call on this thread, kept for their capacity.
+    static ITEMS: std::cell::RefCell<Vec<[u32; 4]>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tiled_items(
+    pool: &ThreadPool,
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    meta: &AttnMetadata<'_>,
+    shape: AttnShape,
+    out: &mut [f32],
+    items: &mut Vec<[u32; 4]>,
+) {
+    let AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale,
+    } = shape;
     let q_width = n_heads * head_dim;
     let kv_width = n_kv_heads * head_dim;
     let group = n_heads / n_kv_heads;
-    assert_eq!(out.len(), q.len());
-    assert_eq!(q.len() % q_width, 0);
-    // Rows of no sequence (padding) and of empty sequences stay zero.
-    out.fill(0.0);
     let num_seqs = meta.seq_lens.len();
-    // Items: (sequence, first query row, queries, head).
-    let mut items: Vec<[u32; 4]> = Vec::new();
     let mut max_len = 0usize;
     for s in 0..num_seqs {
         let (a, b) = (
@@ -91,8 +118,8 @@ pub(super) fn paged_attention_tiled(
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
-        let mut scores = vec![0f32; QT * max_len];
-        let mut offs = vec![0usize; max_len];
+        let mut scores = Scratch::<f32>::take(QT * max_len);
+        let mut offs = Scratch::<usize>::take(max_len);
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items.len() {

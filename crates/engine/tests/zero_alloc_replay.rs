@@ -1,0 +1,156 @@
+//! A captured decode plan (forward + sampling) replays without a single heap allocation, on
+//! any thread, counted by a global allocator around the replay.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers};
+use oxllm_models::load_model;
+use oxllm_runtime::{Backend, BufKind, CpuBackend};
+use oxllm_sample::plan_op::{SampleOp, SampleRows};
+use oxllm_sample::{Sampler, SamplingParams};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn smollm2() -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME");
+    std::env::var_os("OXLLM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(home).join(".cache/oxllm"))
+        .join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn write_u32(b: &mut dyn Backend, buf: oxllm_runtime::BufRef, data: &[u32]) {
+    let mem = b.host_access("test", true).unwrap();
+    mem.u32_mut("test", buf).unwrap().copy_from_slice(data);
+}
+
+#[test]
+fn replaying_a_captured_decode_plan_allocates_nothing() {
+    let (_, model) = load_model(&smollm2()).unwrap();
+    let model = model.dense_shared().unwrap().clone();
+    let (seqs, block_size, num_blocks, stride) = (4usize, 16usize, 64usize, 8usize);
+    let mut b = CpuBackend::new(2);
+    let kv = KvBuffers::alloc(
+        &mut b,
+        model.layers.len(),
+        num_blocks,
+        block_size,
+        model.config.kv_width(),
+    )
+    .unwrap();
+    let inputs = StepBuffers::alloc(&mut b, 64, seqs, stride).unwrap();
+    let rows = b
+        .alloc_host(Box::new(SampleRows::new(seqs).unwrap()))
+        .unwrap();
+    let ids = b.alloc_persistent(BufKind::U32, seqs).unwrap();
+    let view = inputs.view(seqs, seqs, seqs).unwrap();
+    let record = |b: &mut CpuBackend| {
+        let logits = record_dense_forward(b, &model, &view, &kv).unwrap();
+        b.launch(Box::new(SampleOp {
+            logits,
+            rows,
+            token_ids: ids,
+            vocab: model.config.vocab_size,
+        }))
+        .unwrap();
+        b.release(logits);
+    };
+    b.warm_step().unwrap();
+    record(&mut b);
+    b.end_step();
+    b.begin_capture().unwrap();
+    record(&mut b);
+    let plan = b.end_capture().unwrap();
+
+    // Sequence s decodes its token at position 3 + s, in block s + 1.
+    let tokens: Vec<u32> = (0..seqs as u32).map(|s| 100 + 37 * s).collect();
+    let positions: Vec<u32> = (0..seqs as u32).map(|s| 3 + s).collect();
+    let slots: Vec<i32> = (0..seqs as i32)
+        .map(|s| (s + 1) * block_size as i32 + 3 + s)
+        .collect();
+    let qsl: Vec<u32> = (0..=seqs as u32).collect();
+    let lens: Vec<u32> = positions.iter().map(|p| p + 1).collect();
+    let mut tables = vec![0u32; seqs * stride];
+    for s in 0..seqs {
+        tables[s * stride] = s as u32 + 1;
+    }
+    write_u32(&mut b, view.token_ids, &tokens);
+    write_u32(&mut b, view.positions, &positions);
+    {
+        let mem = b.host_access("test", true).unwrap();
+        mem.i32_mut("test", view.slot_mapping)
+            .unwrap()
+            .copy_from_slice(&slots);
+    }
+    write_u32(&mut b, view.query_start_loc, &qsl);
+    write_u32(&mut b, view.seq_lens, &lens);
+    write_u32(&mut b, view.block_tables, &tables);
+    write_u32(
+        &mut b,
+        view.logits_indices,
+        &(0..seqs as u32).collect::<Vec<_>>(),
+    );
+    {
+        let mem = b.host_access("test", true).unwrap();
+        let mut r = mem.host_mut::<SampleRows>("test", rows).unwrap();
+        let seeded = SamplingParams {
+            temperature: 0.8,
+            top_k: Some(40),
+            top_p: 0.9,
+            seed: Some(7),
+            ..SamplingParams::greedy()
+        };
+        for (i, row) in r.rows.iter_mut().enumerate() {
+            row.active = true;
+            let params = if i % 2 == 0 {
+                SamplingParams::greedy()
+            } else {
+                seeded.clone()
+            };
+            row.sampler = Sampler::new(&params, 1).unwrap();
+        }
+    }
+    // Two replays outside the count let per-thread scratch (kernel buffers, the sampler's
+    // candidate list) reach their sizes; every later replay must allocate nothing.
+    b.replay(&plan).unwrap();
+    b.replay(&plan).unwrap();
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        b.replay(&plan).unwrap();
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    let allocs = ALLOCS.load(Ordering::SeqCst);
+    let mem = b.host_access("test", false).unwrap();
+    let sampled = mem.u32("test", ids).unwrap().to_vec();
+    assert!(sampled
+        .iter()
+        .all(|&t| (t as usize) < model.config.vocab_size));
+    assert_eq!(allocs, 0, "replay allocated {allocs} times");
+}
