@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use oxllm_kernels::pool::ThreadPool;
-use oxllm_models::{load_model, ModelFile, Session};
+use oxllm_models::{load_model, ModelFile};
 use oxllm_tok::Tokenizer;
 
 use crate::batch::{run_batch, BatchDefaults};
-use crate::sampling::{sample, Rng};
-use oxllm_engine::{Engine, EngineConfig, KvCacheSize};
+use oxllm_engine::{
+    BackendKind, Engine, EngineConfig, EngineInfo, KvCacheSize, PlanMode, RequestEvent,
+};
+use oxllm_sample::SamplingParams;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -65,6 +66,13 @@ pub struct GenerateArgs {
     /// Worker threads [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
+    /// `captured`: replay decode and prefill plans captured at start-up; `eager`: build and run
+    /// every step's ops as they come (the reference path).
+    #[arg(long, default_value = "captured")]
+    plan: PlanMode,
+    /// `cpu` (fast kernels) or `reference` (scalar, one thread, no capture; for cross-checks).
+    #[arg(long, default_value = "cpu")]
+    backend: BackendKind,
 }
 
 pub fn default_model_path() -> PathBuf {
@@ -113,10 +121,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 None => KvCacheSize::Bytes(args.kv_cache_memory),
             },
             threads,
+            plan: args.plan,
+            backend: args.backend,
             ..EngineConfig::default()
         };
         let engine = Engine::start(model, tokenizer.clone(), config)?;
         let info = engine.handle().info().clone();
+        print_plans(&info);
         eprintln!(
             "KV cache: {} blocks of {} tokens ({} tokens, {:.1} MiB); max model len {}",
             info.num_blocks,
@@ -162,50 +173,64 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             ctx
         );
     }
-    let eos: Vec<u32> = tokenizer
-        .as_ref()
-        .map(|t| t.eos_ids().to_vec())
-        .unwrap_or_default();
-    let pool = ThreadPool::new(threads);
-    let mut session = Session::new(&model, prompt_ids.len() + args.max_tokens);
-    let mut rng = Rng::new(args.seed);
-    let mut decoder = tokenizer.as_ref().map(|t| t.incremental_decoder(true));
-    let mut out_ids = Vec::with_capacity(args.max_tokens);
-    let mut decode_steps = 0usize;
-    let mut stdout = std::io::stdout().lock();
-
-    let t0 = Instant::now();
-    let mut logits = if args.max_tokens > 0 {
-        session.extend(&pool, &prompt_ids, false)?
-    } else {
-        Vec::new()
+    // One request through the engine, so single prompts take the same path (and plans) as
+    // batches and the server. The KV cache holds just this request.
+    let blocks = (prompt_ids.len() + args.max_tokens).div_ceil(16) + 2;
+    let config = EngineConfig {
+        max_num_seqs: 1,
+        kv_cache: KvCacheSize::Blocks(blocks),
+        threads,
+        plan: args.plan,
+        backend: args.backend,
+        ..EngineConfig::default()
     };
-    let prefill_s = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    while out_ids.len() < args.max_tokens {
-        let id = sample(&logits, args.temperature, &mut rng);
-        out_ids.push(id);
-        if !args.json {
-            if let Some(d) = decoder.as_mut() {
-                let delta = d.push(id)?;
-                stdout.write_all(delta.as_bytes())?;
-                stdout.flush()?;
+    let engine = Engine::start(model, tokenizer.clone(), config)?;
+    if args.timings {
+        print_plans(engine.handle().info());
+    }
+    let params = SamplingParams {
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        seed: Some(args.seed),
+        ignore_eos: args.ignore_eos,
+        ..SamplingParams::greedy()
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut out_ids = Vec::with_capacity(args.max_tokens);
+    let t0 = Instant::now();
+    let mut first_token: Option<Instant> = None;
+    let mut stream = engine.handle().submit(oxllm_engine::GenerationRequest {
+        prompt_ids: prompt_ids.clone(),
+        params,
+        choice: 0,
+    })?;
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            RequestEvent::Delta {
+                token_ids, text, ..
+            } => {
+                if !token_ids.is_empty() && first_token.is_none() {
+                    first_token = Some(Instant::now());
+                }
+                out_ids.extend_from_slice(&token_ids);
+                if !args.json {
+                    stdout.write_all(text.as_bytes())?;
+                    stdout.flush()?;
+                }
             }
-        }
-        if !args.ignore_eos && eos.contains(&id) {
-            break;
-        }
-        if out_ids.len() < args.max_tokens {
-            logits = session.extend(&pool, &[id], false)?;
-            decode_steps += 1;
-        }
-    }
-    let decode_s = t1.elapsed().as_secs_f64();
-    if !args.json {
-        if let Some(d) = decoder.as_mut() {
-            stdout.write_all(d.flush()?.as_bytes())?;
+            RequestEvent::Finished { text, .. } => {
+                if !args.json {
+                    stdout.write_all(text.as_bytes())?;
+                }
+                break;
+            }
+            RequestEvent::Error(e) => bail!("generation failed: {e}"),
         }
     }
+    let end = Instant::now();
+    let prefill_s = first_token.map_or(0.0, |t| (t - t0).as_secs_f64());
+    let decode_s = first_token.map_or(0.0, |t| (end - t).as_secs_f64());
+    let decode_steps = out_ids.len().saturating_sub(1);
     let text = match &tokenizer {
         Some(t) => t.decode(&out_ids, true)?,
         None => String::new(),
@@ -230,4 +255,19 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The start-up capture, on stderr.
+fn print_plans(info: &EngineInfo) {
+    let p = &info.plans;
+    if p.decode_buckets.is_empty() && p.prefill_buckets.is_empty() {
+        return;
+    }
+    eprintln!(
+        "plans: decode buckets {:?}, prefill buckets {:?} captured in {:.1} ms ({:.1} MiB of shared buffers)",
+        p.decode_buckets,
+        p.prefill_buckets,
+        p.capture_ms,
+        p.pool_bytes as f64 / (1 << 20) as f64
+    );
 }

@@ -3,7 +3,6 @@
 mod batch;
 mod bench;
 mod generate;
-mod sampling;
 mod serve;
 
 use anyhow::Result;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use oxllm_engine::{EngineConfig, KvCacheSize};
+use oxllm_engine::{EngineConfig, KvCacheSize, PlanMode};
 use oxllm_server::{AppState, ServerConfig};
 
 use crate::generate::default_model_path;
@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes (larger: 413).
     #[arg(long, default_value_t = 8 << 20)]
     max_body_bytes: usize,
+    /// `captured`: replay decode and prefill plans captured at start-up; `eager`: run every
+    /// step's ops as they come.
+    #[arg(long, default_value = "captured")]
+    plan: PlanMode,
     /// Seconds running requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
@@ -74,6 +78,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
         max_model_len: args.max_model_len,
         threads,
+        plan: args.plan,
         ..EngineConfig::default()
     };
     let name = args.served_model_name.clone().unwrap_or_else(|| {
@@ -96,6 +101,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         info.max_num_seqs,
         threads
     );
+    let p = &info.plans;
+    if !p.decode_buckets.is_empty() || !p.prefill_buckets.is_empty() {
+        eprintln!(
+            "oxllm serve: plans: decode buckets {:?}, prefill buckets {:?} captured in {:.1} ms",
+            p.decode_buckets, p.prefill_buckets, p.capture_ms
+        );
+    }
     let server_config = ServerConfig {
         served_model_name: name.clone(),
         model_path: path.display().to_string(),
