@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod offline;
+pub mod plan_profile;
 pub mod plot;
 pub mod progress;
 pub mod record;

@@ -17,7 +17,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use oxllm_engine::{Engine, EngineConfig, GenerationRequest, RequestEvent, RequestStream};
+use oxllm_engine::{
+    Engine, EngineConfig, GenerationRequest, PlanMode, RequestEvent, RequestStream,
+};
 use oxllm_models::{load_model, ModelFile};
 use oxllm_sample::SamplingParams;
 use oxllm_tok::Tokenizer;
@@ -36,6 +38,7 @@ pub struct GenerateBench {
     pub threads: usize,
     pub max_num_batched_tokens: usize,
     pub seed: u64,
+    pub plan: PlanMode,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -132,6 +135,7 @@ pub fn run_generate(
         max_num_batched_tokens: b.max_num_batched_tokens,
         enable_prefix_caching: false,
         threads: b.threads,
+        plan: b.plan,
         ..EngineConfig::default()
     };
     let engine =

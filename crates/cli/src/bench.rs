@@ -31,6 +31,24 @@ enum BenchCommand {
     Report(ReportArgs),
     /// Offline prefill and decode throughput through the engine (no HTTP).
     Generate(GenerateArgs),
+    /// Per-op time of one replay of a captured decode plan.
+    PlanProfile(PlanProfileArgs),
+}
+
+#[derive(Args)]
+struct PlanProfileArgs {
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Sequences in the decode bucket.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Tokens already in each sequence's context.
+    #[arg(long, default_value_t = 128)]
+    context: usize,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 50)]
+    replays: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -168,6 +186,9 @@ struct GenerateArgs {
     max_num_batched_tokens: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// `captured` (replay plans captured at start-up) or `eager`.
+    #[arg(long, default_value = "captured")]
+    plan: oxllm_engine::PlanMode,
     /// Append one JSON line per measurement here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -178,6 +199,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Serve(a) => serve(a),
         BenchCommand::Report(a) => report(a),
         BenchCommand::Generate(a) => generate(a),
+        BenchCommand::PlanProfile(a) => plan_profile(a),
     }
 }
 
@@ -393,6 +415,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         threads,
         max_num_batched_tokens: a.max_num_batched_tokens,
         seed: a.seed,
+        plan: a.plan,
     };
     let (commit, machine, date) = (git_commit(), Machine::detect(), utc_now());
     println!(
@@ -416,6 +439,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             v["threads"] = json!(threads);
             v["max_num_batched_tokens"] = json!(a.max_num_batched_tokens);
             v["seed"] = json!(a.seed);
+            v["plan"] = json!(format!("{:?}", a.plan).to_lowercase());
             v["commit"] = json!(commit);
             v["machine"] = serde_json::to_value(&machine)?;
             v["date"] = json!(date);
@@ -424,5 +448,37 @@ fn generate(a: GenerateArgs) -> Result<()> {
         Ok(())
     })?;
     eprintln!("timed: prefill = submit -> first token (max_tokens 1, alone, prefix caching off); decode = last request's first token -> batch's last token, tokens in that window");
+    Ok(())
+}
+
+fn plan_profile(a: PlanProfileArgs) -> Result<()> {
+    let path = a
+        .model
+        .clone()
+        .unwrap_or_else(crate::generate::default_model_path);
+    let (profile, wall) = oxllm_bench::plan_profile::profile_decode_replay(
+        &path, a.batch, a.context, a.threads, a.replays,
+    )?;
+    let timed = profile.total();
+    println!(
+        "decode replay, batch {} at context {}, {} threads: {:.3} ms per replay ({} replays)",
+        a.batch,
+        a.context,
+        a.threads,
+        wall.as_secs_f64() * 1e3,
+        a.replays
+    );
+    println!("{:<14} {:>6} {:>10} {:>7}", "op", "count", "ms", "share");
+    let mut ops = profile.ops.clone();
+    ops.sort_by(|x, y| y.2.cmp(&x.2));
+    for (name, count, d) in ops {
+        println!(
+            "{:<14} {:>6} {:>10.3} {:>6.1}%",
+            name,
+            count,
+            d.as_secs_f64() * 1e3,
+            100.0 * d.as_secs_f64() / timed.as_secs_f64().max(1e-12)
+        );
+    }
     Ok(())
 }

@@ -33,7 +33,9 @@ fn prompts(vocab: usize) -> Vec<Vec<u32>> {
         .map(|&n| {
             (0..n)
                 .map(|_| {
-                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     (3 + (state >> 33) as usize % (vocab - 3).min(30000)) as u32
                 })
                 .collect()
@@ -71,7 +73,11 @@ fn run_all(engine: &Engine, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<
 }
 
 /// Batches of the first 1..=12 prompts, then all 12 again (prefix hits), then a chunked run.
-fn matrix(path: &Path, base: &EngineConfig, max_tokens: usize) -> (Vec<Vec<Vec<u32>>>, EngineStats) {
+fn matrix(
+    path: &Path,
+    base: &EngineConfig,
+    max_tokens: usize,
+) -> (Vec<Vec<Vec<u32>>>, EngineStats) {
     let engine = start(path, base.clone());
     let vocab = engine.handle().info().vocab_size;
     let ps = prompts(vocab);
@@ -80,7 +86,10 @@ fn matrix(path: &Path, base: &EngineConfig, max_tokens: usize) -> (Vec<Vec<Vec<u
         .collect();
     let hits_before = engine.handle().stats().prefix_hit_tokens;
     out.push(run_all(&engine, &ps, max_tokens));
-    assert!(engine.handle().stats().prefix_hit_tokens > hits_before, "the rerun hit the prefix cache");
+    assert!(
+        engine.handle().stats().prefix_hit_tokens > hits_before,
+        "the rerun hit the prefix cache"
+    );
     let stats = engine.handle().stats();
     drop(engine);
     let chunked = start(
@@ -163,13 +172,19 @@ fn the_reference_backend_runs_eager_and_matches_the_cpu_kernels() {
     let report = reference.handle().info().plans.clone();
     assert!(report.decode_buckets.is_empty() && report.prefill_buckets.is_empty());
     assert!(
-        report.failed.iter().any(|m| m.contains("does not support capture")),
+        report
+            .failed
+            .iter()
+            .any(|m| m.contains("does not support capture")),
         "{report:?}"
     );
     let ps = prompts(cpu.handle().info().vocab_size);
     let a = run_all(&cpu, &ps[..4], 12);
     let b = run_all(&reference, &ps[..4], 12);
-    assert_eq!(a, b, "scalar reference and fast kernels pick the same greedy tokens");
+    assert_eq!(
+        a, b,
+        "scalar reference and fast kernels pick the same greedy tokens"
+    );
     let stats = reference.handle().stats();
     assert_eq!(stats.plan_steps, 0);
     assert!(stats.eager_steps > 0);
