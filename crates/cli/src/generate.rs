@@ -142,13 +142,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             seed: Some(args.seed),
             ignore_eos: args.ignore_eos,
         };
-        return run_batch(
+        run_batch(
             &engine.handle(),
             tokenizer.as_ref(),
             &defaults,
             input,
             output,
-        );
+        )?;
+        print_steps(&engine);
+        return Ok(());
     }
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
@@ -253,6 +255,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             decoded as f64 / decode_s.max(1e-9),
             threads
         );
+        print_steps(&engine);
     }
     Ok(())
 }
@@ -269,5 +272,14 @@ fn print_plans(info: &EngineInfo) {
         p.prefill_buckets,
         p.capture_ms,
         p.pool_bytes as f64 / (1 << 20) as f64
+    );
+}
+
+/// How many engine steps replayed a plan and how many ran eager, on stderr.
+fn print_steps(engine: &Engine) {
+    let s = engine.handle().stats();
+    eprintln!(
+        "steps: {} replayed a captured plan, {} ran eager",
+        s.plan_steps, s.eager_steps
     );
 }
