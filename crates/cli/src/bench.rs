@@ -470,7 +470,7 @@ fn plan_profile(a: PlanProfileArgs) -> Result<()> {
     );
     println!("{:<14} {:>6} {:>10} {:>7}", "op", "count", "ms", "share");
     let mut ops = profile.ops.clone();
-    ops.sort_by(|x, y| y.2.cmp(&x.2));
+    ops.sort_by_key(|op| std::cmp::Reverse(op.2));
     for (name, count, d) in ops {
         println!(
             "{:<14} {:>6} {:>10.3} {:>6.1}%",

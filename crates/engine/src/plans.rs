@@ -21,7 +21,7 @@ use oxllm_sample::plan_op::{SampleOp, SampleRows};
 use oxllm_sched::BatchArrays;
 
 use crate::config::{BackendKind, PlanMode};
-use crate::runner::{SampleJob, SampleOutcome};
+use crate::runner::{RunnerConfig, SampleJob, SampleOutcome};
 use crate::EngineError;
 
 /// Largest prefill bucket.
@@ -93,15 +93,18 @@ pub fn prefill_buckets(max_tokens: usize) -> Vec<usize> {
 impl GraphExec {
     pub(crate) fn new(
         model: Arc<LlamaModel>,
-        backend: BackendKind,
-        mode: PlanMode,
-        threads: usize,
-        num_blocks: usize,
-        block_size: usize,
-        max_seqs: usize,
-        max_tokens: usize,
-        max_model_len: usize,
+        cfg: &RunnerConfig,
     ) -> Result<GraphExec, EngineError> {
+        let RunnerConfig {
+            num_blocks,
+            block_size,
+            threads,
+            max_seqs,
+            max_tokens,
+            max_model_len,
+            plan: mode,
+            backend,
+        } = *cfg;
         let mut backend: Box<dyn Backend + Send> = match backend {
             BackendKind::Cpu => Box::new(CpuBackend::new(threads)),
             BackendKind::Reference => Box::new(ReferenceBackend::new()),

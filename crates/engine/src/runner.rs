@@ -39,6 +39,7 @@ pub struct StepCounts {
     pub eager: u64,
 }
 
+#[derive(Clone, Copy)]
 pub(crate) struct RunnerConfig {
     pub num_blocks: usize,
     pub block_size: usize,
@@ -52,7 +53,7 @@ pub(crate) struct RunnerConfig {
 
 enum Exec {
     Graph(Box<GraphExec>),
-    Direct(Direct),
+    Direct(Box<Direct>),
 }
 
 /// The direct forward of models without plans (hybrids).
@@ -77,17 +78,7 @@ impl ModelRunner {
         let mut report = PlanReport::default();
         let exec = match model.dense_shared() {
             Some(dense) => {
-                let g = GraphExec::new(
-                    Arc::clone(dense),
-                    cfg.backend,
-                    cfg.plan,
-                    cfg.threads,
-                    cfg.num_blocks,
-                    cfg.block_size,
-                    cfg.max_seqs,
-                    cfg.max_tokens,
-                    cfg.max_model_len,
-                )?;
+                let g = GraphExec::new(Arc::clone(dense), &cfg)?;
                 report = g.report.clone();
                 Exec::Graph(Box::new(g))
             }
@@ -103,12 +94,12 @@ impl ModelRunner {
                 } else {
                     Vec::new()
                 };
-                Exec::Direct(Direct {
+                Exec::Direct(Box::new(Direct {
                     kv,
                     pool: ThreadPool::new(cfg.threads),
                     state_slots: HashMap::new(),
                     free_state_slots,
-                })
+                }))
             }
         };
         Ok(ModelRunner {

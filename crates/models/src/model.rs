@@ -16,7 +16,7 @@ pub enum ModelKind {
     /// Shared so that recorded plans can hold the weights they read.
     Dense(Arc<LlamaModel>),
     /// Qwen3-Next, Qwen3.5, Qwen3-MoE.
-    Hybrid(HybridModel),
+    Hybrid(Box<HybridModel>),
 }
 
 pub struct Model {
@@ -37,7 +37,7 @@ impl From<HybridModel> for Model {
     fn from(m: HybridModel) -> Model {
         Model {
             config: m.config.base.clone(),
-            kind: ModelKind::Hybrid(m),
+            kind: ModelKind::Hybrid(Box::new(m)),
         }
     }
 }
@@ -104,14 +104,14 @@ impl Model {
 
     pub fn hybrid(&self) -> Option<&HybridModel> {
         match &self.kind {
-            ModelKind::Hybrid(m) => Some(m),
+            ModelKind::Hybrid(m) => Some(m.as_ref()),
             ModelKind::Dense(_) => None,
         }
     }
 
     pub fn hybrid_mut(&mut self) -> Option<&mut HybridModel> {
         match &mut self.kind {
-            ModelKind::Hybrid(m) => Some(m),
+            ModelKind::Hybrid(m) => Some(m.as_mut()),
             ModelKind::Dense(_) => None,
         }
     }
