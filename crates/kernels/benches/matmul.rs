@@ -1,9 +1,13 @@
 //! matmul: Q4_1 weights (576x576, 1536x576, 576x1536 as out x in) at m = 1 (decode) and
 //! m = 512 (prefill), the register-blocked path (`matmul`) against the pairwise baseline
-//! (`matmul_pairwise`), 2 threads. Run: `cargo bench -p oxllm-kernels --bench matmul`.
+//! (`matmul_pairwise`), 2 threads; then each tile kernel variant the CPU has (AVX2, AVX-VNNI,
+//! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512. Run: `cargo bench -p oxllm-kernels
+//! --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use oxllm_kernels::matmul::{matmul, matmul_pairwise, quantize_acts, QMatrix};
+use oxllm_kernels::matmul::{
+    matmul, matmul_pairwise, matmul_tiled_with, quantize_acts, QMatrix, TileKernel,
+};
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_kernels::quant::DType;
 use std::time::Duration;
@@ -58,5 +62,33 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_tile_kernels(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(11);
+    let mut g = c.benchmark_group("tile_kernels_q4_1");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    let kernels = [
+        TileKernel::Avx2,
+        TileKernel::AvxVnni,
+        TileKernel::Avx512Vnni,
+    ];
+    for (n, k) in [(1536, 576), (576, 1536)] {
+        let w = q4_1_matrix(&mut rng, n, k);
+        for m in [1usize, 16, 512] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+            let acts = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
+            let mut out = vec![0f32; m * n];
+            for kernel in kernels.into_iter().filter(|k| k.available()) {
+                g.bench_function(format!("{kernel:?}/{n}x{k}_m{m}"), |b| {
+                    b.iter(|| matmul_tiled_with(kernel, &pool, &w, &acts, &mut out).unwrap())
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_tile_kernels);
 criterion_main!(benches);

@@ -19,6 +19,8 @@ use crate::scratch::Scratch;
 mod reference;
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;
+#[cfg(target_arch = "x86_64")]
+mod tile_avx512;
 
 pub use reference::{matmul_reference, quantize_acts_reference};
 
@@ -293,6 +295,101 @@ pub fn matmul_pairwise(
     Ok(())
 }
 
+/// The register-blocked tile kernels; all give the same bits (tested), they differ in how the
+/// exact integer block dots are computed. Public only so benches can compare them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileKernel {
+    /// `vpmaddubsw` + `vpmaddwd` (AVX2+FMA+F16C).
+    Avx2,
+    /// `vpdpbusd`, VEX form (AVX-VNNI).
+    AvxVnni,
+    /// `vpdpbusd` on ymm, EVEX form (AVX512-VNNI + AVX512-VL).
+    Avx512Vnni,
+}
+
+impl TileKernel {
+    /// Whether this CPU can run the variant.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            quant::detected_isa() == quant::Isa::Avx2
+                && match self {
+                    TileKernel::Avx2 => true,
+                    TileKernel::AvxVnni => tile_avx2::has_avx_vnni(),
+                    TileKernel::Avx512Vnni => tile_avx512::has_avx512_vnni(),
+                }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+
+    /// The variant [`matmul`] uses on this CPU (the one-instruction block dot where there is
+    /// one), or `None` where the CPU has no tile kernel.
+    pub fn best() -> Option<TileKernel> {
+        static BEST: std::sync::OnceLock<Option<TileKernel>> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            [
+                TileKernel::AvxVnni,
+                TileKernel::Avx512Vnni,
+                TileKernel::Avx2,
+            ]
+            .into_iter()
+            .find(|k| k.available())
+        })
+    }
+}
+
+/// [`matmul`] forced onto one tile kernel variant (benches, tests). Err where the CPU lacks
+/// it or the weight format has no tile kernel.
+#[doc(hidden)]
+pub fn matmul_tiled_with(
+    kernel: TileKernel,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    check_shapes(w, acts, out);
+    #[cfg(target_arch = "x86_64")]
+    if kernel.available() && !w.f32_activations {
+        if let Some(p) = tiled_plan_for(kernel, pool, w, acts) {
+            execute(pool, &[Some(Plan::Tiled(p))], &[Some(SharedMut::new(out))]);
+            return Ok(());
+        }
+    }
+    let _ = (kernel, pool);
+    Err(QuantError::Unsupported(w.dtype))
+}
+
+/// The tiled plan of `kernel` for `w`, or `None` for formats without tile kernels.
+#[cfg(target_arch = "x86_64")]
+fn tiled_plan_for<'a>(
+    kernel: TileKernel,
+    pool: &ThreadPool,
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+) -> Option<TiledPlan<'a>> {
+    use tile_avx2::{Q4_0Q8_0Vnni, Q4_1Q8_1Vnni, Q8_0Q8_0Vnni, Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
+    use tile_avx512::{Q4_0Q8_0Vnni512, Q4_1Q8_1Vnni512, Q8_0Q8_0Vnni512};
+    use TileKernel::*;
+    Some(match (kernel, w.dtype) {
+        (Avx2, DType::Q4_1) => tiled_plan::<Q4_1Q8_1>(pool, w, acts),
+        (Avx2, DType::Q4_0) => tiled_plan::<Q4_0Q8_0>(pool, w, acts),
+        (Avx2, DType::Q8_0) => tiled_plan::<Q8_0Q8_0>(pool, w, acts),
+        (AvxVnni, DType::Q4_1) => tiled_plan::<Q4_1Q8_1Vnni>(pool, w, acts),
+        (AvxVnni, DType::Q4_0) => tiled_plan::<Q4_0Q8_0Vnni>(pool, w, acts),
+        (AvxVnni, DType::Q8_0) => tiled_plan::<Q8_0Q8_0Vnni>(pool, w, acts),
+        (Avx512Vnni, DType::Q4_1) => tiled_plan::<Q4_1Q8_1Vnni512>(pool, w, acts),
+        (Avx512Vnni, DType::Q4_0) => tiled_plan::<Q4_0Q8_0Vnni512>(pool, w, acts),
+        (Avx512Vnni, DType::Q8_0) => tiled_plan::<Q8_0Q8_0Vnni512>(pool, w, acts),
+        _ => return None,
+    })
+}
+
 /// How one product's tiles run.
 enum Plan<'a> {
     #[cfg(target_arch = "x86_64")]
@@ -315,21 +412,9 @@ fn plan<'a>(
     force_pairwise: bool,
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if !force_pairwise && !w.f32_activations && quant::detected_isa() == quant::Isa::Avx2 {
-        use tile_avx2::{Q4_0Q8_0Vnni, Q4_1Q8_1Vnni, Q8_0Q8_0Vnni, Q4_0Q8_0, Q4_1Q8_1, Q8_0Q8_0};
-        if tile_avx2::has_avx_vnni() {
-            match w.dtype {
-                DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1Vnni>(pool, w, acts))),
-                DType::Q4_0 => return Ok(Plan::Tiled(tiled_plan::<Q4_0Q8_0Vnni>(pool, w, acts))),
-                DType::Q8_0 => return Ok(Plan::Tiled(tiled_plan::<Q8_0Q8_0Vnni>(pool, w, acts))),
-                _ => {}
-            }
-        }
-        match w.dtype {
-            DType::Q4_1 => return Ok(Plan::Tiled(tiled_plan::<Q4_1Q8_1>(pool, w, acts))),
-            DType::Q4_0 => return Ok(Plan::Tiled(tiled_plan::<Q4_0Q8_0>(pool, w, acts))),
-            DType::Q8_0 => return Ok(Plan::Tiled(tiled_plan::<Q8_0Q8_0>(pool, w, acts))),
-            _ => {}
+    if !force_pairwise && !w.f32_activations {
+        if let Some(p) = TileKernel::best().and_then(|k| tiled_plan_for(k, pool, w, acts)) {
+            return Ok(Plan::Tiled(p));
         }
     }
     let _ = force_pairwise;
@@ -576,7 +661,9 @@ unsafe fn chunk<F: tile_avx2::Format, const C: usize>(
 ) {
     let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
     let mut o = [0f32; C];
-    if F::VNNI {
+    if F::VNNI512 {
+        tile_avx512::row_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, &mut o);
+    } else if F::VNNI {
         tile_avx2::row_chunk_vnni::<F, C>(nb, wp, &a, ad, asum, &mut o);
     } else {
         tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
@@ -665,6 +752,47 @@ mod tests {
                     .zip(&vnni)
                     .all(|(p, v)| p.to_bits() == v.to_bits());
                 assert!(same, "{dtype} m={m}: VNNI differs from AVX2");
+            }
+        }
+    }
+
+    /// The AVX512-VNNI tile kernels must give the AVX2 ones' bits, at every chunk size (m up
+    /// to 13 covers full and partial chunks of 8, m = 1 the decode path).
+    #[test]
+    fn avx512_vnni_tiles_are_bit_identical_to_avx2_tiles() {
+        if !TileKernel::Avx512Vnni.available() {
+            eprintln!("AVX512-VNNI+VL not available: nothing to compare");
+            return;
+        }
+        let pool = ThreadPool::new(2);
+        let (n, k) = (40, 96);
+        for dtype in [DType::Q4_1, DType::Q4_0, DType::Q8_0] {
+            let rb = dtype.row_bytes(k).unwrap();
+            // Any bytes with small finite f16 scales are valid blocks of these formats.
+            let mut wq: Vec<u8> = (0..n * rb)
+                .map(|i| ((i * 7 + i / 97) % 251) as u8)
+                .collect();
+            for blk in wq.chunks_exact_mut(dtype.type_size()) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                if dtype == DType::Q4_1 {
+                    blk[2..4].copy_from_slice(&half::f16::from_f32(-0.05).to_bits().to_le_bytes());
+                }
+            }
+            let w = QMatrix::new(dtype, n, k, wq).unwrap();
+            for m in 1..=13 {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.11)
+                    .collect();
+                let a = quantize_acts(&pool, &x, m, k, w.activation_dtype()).unwrap();
+                let mut plain = vec![f32::NAN; m * n];
+                let mut vnni = vec![f32::NAN; m * n];
+                matmul_tiled_with(TileKernel::Avx2, &pool, &w, &a, &mut plain).unwrap();
+                matmul_tiled_with(TileKernel::Avx512Vnni, &pool, &w, &a, &mut vnni).unwrap();
+                let same = plain
+                    .iter()
+                    .zip(&vnni)
+                    .all(|(p, v)| p.to_bits() == v.to_bits());
+                assert!(same, "{dtype} m={m}: AVX512-VNNI differs from AVX2");
             }
         }
     }

@@ -31,6 +31,9 @@ pub(crate) trait Format {
     /// `idot` uses AVX-VNNI (`vpdpbusd`): run through [`row_chunk_vnni`], only where the CPU
     /// has `avxvnni`.
     const VNNI: bool = false;
+    /// `idot` uses AVX512-VNNI+VL (the same `vpdpbusd` on ymm, EVEX-encoded): run through
+    /// `tile_avx512::row_chunk_vnni512`, only where the CPU has `avx512vnni` and `avx512vl`.
+    const VNNI512: bool = false;
     /// (d, m) of a weight block as f32 (m = 0 without a min).
     unsafe fn w_scales(p: *const u8) -> (f32, f32);
     /// The weight block's quants, ready for [`Format::idot`].
@@ -245,6 +248,8 @@ macro_rules! row_chunk_fn {
 }
     };
 }
+/// Shared with `tile_avx512`, which compiles the same body for its formats.
+pub(crate) use row_chunk_fn;
 
 row_chunk_fn!(
     /// `out[c] = dot(weight row w, activation row a[c])` for `c < C`.
@@ -266,7 +271,7 @@ row_chunk_fn!(
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
