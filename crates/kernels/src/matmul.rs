@@ -476,7 +476,8 @@ impl Plan<'_> {
                 let j1 = (j0 + tile_rows).min(n_out);
                 if let Some(rows_dot) = rows_dot {
                     // Groups of activation rows on the stack; each row gets the single-row
-                    // kernel's bits whatever group it is in.
+                    // kernel's bits whatever group it is in. A group of 8 f32 rows (18 KB at
+                    // 576 columns) stays in L1 while the tile's weight rows pass over it.
                     const G: usize = 8;
                     for i0 in (0..acts.rows).step_by(G) {
                         let g = (acts.rows - i0).min(G);
