@@ -1,6 +1,8 @@
 //! paged_attention: a 512-token prefill and a decode step at context 512 with SmolLM2's shape
 //! (9 heads, 3 kv heads, head_dim 64, block size 16), the tiled AVX2 path against the scalar
-//! path, 2 threads. Run: `cargo bench -p oxllm-kernels --bench attention`.
+//! path, 2 threads; then the softmax of one score row (context 192) and the SiLU gate of a
+//! batch-16 MLP (16 x 1536), vector `exp` against the scalar libm references. Run:
+//! `cargo bench -p oxllm-kernels --bench attention`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use oxllm_kernels::attention::{
@@ -61,5 +63,50 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_exp_ops(c: &mut Criterion) {
+    use oxllm_kernels::ops::{
+        silu_mul_in_place, silu_mul_scalar, softmax_in_place, softmax_scalar,
+    };
+    let mut g = c.benchmark_group("exp_ops");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    let scores: Vec<f32> = (0..192)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.7)
+        .collect();
+    let mut row = scores.clone();
+    g.bench_function("softmax/192", |b| {
+        b.iter(|| {
+            row.copy_from_slice(&scores);
+            softmax_in_place(&mut row)
+        })
+    });
+    g.bench_function("softmax_scalar/192", |b| {
+        b.iter(|| {
+            row.copy_from_slice(&scores);
+            softmax_scalar(&mut row)
+        })
+    });
+    let n = 16 * 1536;
+    let gate: Vec<f32> = (0..n)
+        .map(|i| ((i * 29 % 41) as f32 - 20.0) * 0.3)
+        .collect();
+    let up: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.3).collect();
+    let mut buf = gate.clone();
+    g.bench_function("silu_mul/16x1536", |b| {
+        b.iter(|| {
+            buf.copy_from_slice(&gate);
+            silu_mul_in_place(&mut buf, &up)
+        })
+    });
+    g.bench_function("silu_mul_scalar/16x1536", |b| {
+        b.iter(|| {
+            buf.copy_from_slice(&gate);
+            silu_mul_scalar(&mut buf, &up)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_exp_ops);
 criterion_main!(benches);

@@ -1,6 +1,21 @@
 //! Numerically stable softmax (max-subtracted) over one row.
+//!
+//! On AVX2+FMA CPUs the row goes through [`avx2`] (vector `exp` of `vexp`, sum in 8 lanes
+//! reduced by a fixed tree); elsewhere through [`softmax_scalar`], the reference. Either way a
+//! row's result depends only on the row, so attention stays batch invariant.
 
 pub fn softmax_in_place(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::detected_isa() == crate::quant::Isa::Avx2 {
+        // SAFETY: `detected_isa` checked AVX2 and FMA.
+        unsafe { avx2::softmax(x) };
+        return;
+    }
+    softmax_scalar(x)
+}
+
+/// Scalar reference: libm `exp`, sequential sum.
+pub fn softmax_scalar(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return;
@@ -16,9 +31,83 @@ pub fn softmax_in_place(x: &mut [f32]) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use crate::ops::vexp::avx2::{exp8, load_partial, store_partial};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax(x: &mut [f32]) {
+        let (body, tail) = x.split_at_mut(x.len() / 8 * 8);
+        // The maximum does not depend on the order it is taken in.
+        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+        for c in body.chunks_exact(8) {
+            m = _mm256_max_ps(m, _mm256_loadu_ps(c.as_ptr()));
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let max = lanes
+            .iter()
+            .chain(tail.iter())
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return;
+        }
+        let mv = _mm256_set1_ps(max);
+        let mut sum = _mm256_setzero_ps();
+        for c in body.chunks_exact_mut(8) {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv));
+            _mm256_storeu_ps(c.as_mut_ptr(), e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if !tail.is_empty() {
+            // Padding lanes are -inf, whose exp is 0: they add nothing to the sum.
+            let e = exp8(_mm256_sub_ps(load_partial(tail, f32::NEG_INFINITY), mv));
+            store_partial(tail, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        let s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        let inv = _mm256_set1_ps(1.0 / _mm_cvtss_f32(s));
+        for c in body.chunks_exact_mut(8) {
+            _mm256_storeu_ps(
+                c.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), inv),
+            );
+        }
+        for v in tail.iter_mut() {
+            *v *= _mm256_cvtss_f32(inv);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dispatched softmax (AVX2 where available) against the scalar reference.
+    #[test]
+    fn matches_scalar_reference() {
+        for n in [1usize, 3, 7, 8, 9, 16, 31, 100, 257] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.9)
+                .collect();
+            let mut got = x.clone();
+            softmax_in_place(&mut got);
+            let mut want = x.clone();
+            softmax_scalar(&mut want);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-6 * w.max(1e-3), "n={n}: {g} vs {w}");
+            }
+        }
+        let mut same = vec![f32::NEG_INFINITY; 5];
+        softmax_in_place(&mut same);
+        assert!(same.iter().all(|v| *v == f32::NEG_INFINITY));
+    }
 
     #[test]
     fn sums_to_one_and_survives_large_values() {
