@@ -331,6 +331,49 @@ mod tests {
         out
     }
 
+    /// Twelve decode rows at once (the tiled path then gives each sequence's KV heads to one
+    /// item) give each sequence the bits it gets alone, and match the scalar path.
+    #[test]
+    fn many_decode_rows_match_each_alone() {
+        let shape = AttnShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 16,
+            scale: 0.2,
+        };
+        let (qw, kw, bs) = (6 * 16, 2 * 16, 4);
+        let val = |i: usize, m: usize| ((i * m % 53) as f32 - 26.0) * 0.04;
+        let data: Vec<(Vec<f32>, Vec<f32>, Vec<u32>, Vec<f32>)> = (0..12)
+            .map(|s| {
+                let len = 3 + 5 * s;
+                let k = (0..len * kw).map(|i| val(i + s, 7)).collect();
+                let v = (0..len * kw).map(|i| val(i + s, 11)).collect();
+                let table = (0..len.div_ceil(bs) as u32)
+                    .map(|b| b * 12 + s as u32)
+                    .collect();
+                let q = (0..qw).map(|i| val(i + 3 * s, 13)).collect();
+                (k, v, table, q)
+            })
+            .collect();
+        let seqs: Vec<Seq<'_>> = data
+            .iter()
+            .map(|(k, v, t, q)| (&k[..], &v[..], &t[..], 1, &q[..]))
+            .collect();
+        let all = run_seqs(shape, bs, &seqs, false);
+        let scalar = run_seqs(shape, bs, &seqs, true);
+        for (g, w) in all.iter().zip(&scalar) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+        for (s, seq) in seqs.iter().enumerate() {
+            let alone = run_seqs(shape, bs, &[*seq], false);
+            let same = all[s * qw..(s + 1) * qw]
+                .iter()
+                .zip(&alone)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "sequence {s} differs alone and among 12");
+        }
+    }
+
     #[test]
     fn long_context_matches_dense_and_is_batch_invariant() {
         let shape = AttnShape {

@@ -28,6 +28,8 @@ const QT: usize = 8;
 const KB: usize = 32;
 /// Marks an item whose queries are the heads of one KV group (decode rows).
 const HEAD_GROUP: u32 = 1 << 31;
+/// With [`HEAD_GROUP`]: the item is every KV group of its sequence, one after the other.
+const ALL_KV_HEADS: u32 = 1 << 30;
 
 pub(super) fn paged_attention_tiled(
     pool: &ThreadPool,
@@ -82,6 +84,14 @@ fn tiled_items(
     let group = n_heads / n_kv_heads;
     let num_seqs = meta.seq_lens.len();
     let mut max_len = 0usize;
+    // With many decode rows, one item takes all KV heads of a sequence: a K/V cache row holds
+    // every KV head, so one core then reads each row (from memory, at batch 16 the cache does
+    // not stay in L3 between steps) instead of both cores reading parts of the same lines.
+    // With few rows, items stay per KV head so every thread has work.
+    let decode_rows = (0..num_seqs)
+        .filter(|&s| meta.query_start_loc[s + 1] == meta.query_start_loc[s] + 1)
+        .count();
+    let whole_seq = decode_rows >= 4 * pool.n_threads().max(1);
     for s in 0..num_seqs {
         let (a, b) = (
             meta.query_start_loc[s] as usize,
@@ -100,6 +110,10 @@ fn tiled_items(
         if b - a == 1 && group > 1 && group <= QT {
             // A single query row (decode): the heads sharing a KV head form one tile, so each
             // K/V row and block-table entry is read once for the whole group.
+            if whole_seq {
+                items.push([s as u32, a as u32, group as u32, HEAD_GROUP | ALL_KV_HEADS]);
+                continue;
+            }
             for kvh in 0..n_kv_heads {
                 items.push([s as u32, a as u32, group as u32, HEAD_GROUP | kvh as u32]);
             }
@@ -125,55 +139,64 @@ fn tiled_items(
             if i >= items.len() {
                 break;
             }
-            let [s, t0, nq, h] = items[i].map(|x| x as usize);
-            // Head-grouped item: queries are heads kvh*group.. of one token, all at one position.
-            let heads = h & HEAD_GROUP as usize != 0;
-            let (kvh, step) = if heads {
-                (h & !(HEAD_GROUP as usize), 0)
-            } else {
-                (h / group, 1)
-            };
-            let q_start = meta.query_start_loc[s] as usize;
-            let q_len = meta.query_start_loc[s + 1] as usize - q_start;
-            let seq_len = meta.seq_lens[s] as usize;
-            let first_pos = seq_len - q_len + (t0 - q_start);
-            let ctx_max = first_pos + 1 + (nq - 1) * step;
-            let table = &meta.block_tables[s * meta.block_table_stride..];
-            for (p, o) in offs[..ctx_max].iter_mut().enumerate() {
-                let slot =
-                    table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
-                let off = slot * kv_width + kvh * head_dim;
-                assert!(off + head_dim <= k_cache.len() && off + head_dim <= v_cache.len());
-                *o = off;
-            }
-            // Query j: token t0 + j of head h, or head kvh*group + j of token t0.
-            let row_of = |j: usize| {
-                let j = j.min(nq - 1);
-                if heads {
-                    t0 * q_width + (kvh * group + j) * head_dim
+            let [s, t0, nq, item_h] = items[i].map(|x| x as usize);
+            let all = item_h & ALL_KV_HEADS as usize != 0;
+            for kvh in 0..if all { n_kv_heads } else { 1 } {
+                let h = if all {
+                    HEAD_GROUP as usize | kvh
                 } else {
-                    (t0 + j) * q_width + h * head_dim
+                    item_h
+                };
+                // Head-grouped item: queries are heads kvh*group.. of one token, all at one position.
+                let heads = h & HEAD_GROUP as usize != 0;
+                let (kvh, step) = if heads {
+                    (h & !(HEAD_GROUP as usize), 0)
+                } else {
+                    (h / group, 1)
+                };
+                let q_start = meta.query_start_loc[s] as usize;
+                let q_len = meta.query_start_loc[s + 1] as usize - q_start;
+                let seq_len = meta.seq_lens[s] as usize;
+                let first_pos = seq_len - q_len + (t0 - q_start);
+                let ctx_max = first_pos + 1 + (nq - 1) * step;
+                let table = &meta.block_tables[s * meta.block_table_stride..];
+                for (p, o) in offs[..ctx_max].iter_mut().enumerate() {
+                    let slot =
+                        table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
+                    let off = slot * kv_width + kvh * head_dim;
+                    assert!(off + head_dim <= k_cache.len() && off + head_dim <= v_cache.len());
+                    *o = off;
                 }
-            };
-            let qs: [*const f32; QT] = std::array::from_fn(|j| q[row_of(j)..][..head_dim].as_ptr());
-            let outs: [*mut f32; QT] = std::array::from_fn(|j| {
-                // SAFETY: each (token, head) output row belongs to exactly one item.
-                unsafe { out_ptr.slice(row_of(j), head_dim).as_mut_ptr() }
-            });
-            let tile = Tile {
-                nq,
-                first_ctx: first_pos + 1,
-                ctx_step: step,
-                head_dim,
-                scale,
-                offs: &offs[..ctx_max],
-                k: k_cache.as_ptr(),
-                v: v_cache.as_ptr(),
-                stride: max_len,
-            };
-            // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
-            // query/output rows hold head_dim floats, scores hold nq * max_len floats.
-            unsafe { tile.run(&qs, &outs, &mut scores) };
+                // Query j: token t0 + j of head h, or head kvh*group + j of token t0.
+                let row_of = |j: usize| {
+                    let j = j.min(nq - 1);
+                    if heads {
+                        t0 * q_width + (kvh * group + j) * head_dim
+                    } else {
+                        (t0 + j) * q_width + h * head_dim
+                    }
+                };
+                let qs: [*const f32; QT] =
+                    std::array::from_fn(|j| q[row_of(j)..][..head_dim].as_ptr());
+                let outs: [*mut f32; QT] = std::array::from_fn(|j| {
+                    // SAFETY: each (token, head) output row belongs to exactly one item.
+                    unsafe { out_ptr.slice(row_of(j), head_dim).as_mut_ptr() }
+                });
+                let tile = Tile {
+                    nq,
+                    first_ctx: first_pos + 1,
+                    ctx_step: step,
+                    head_dim,
+                    scale,
+                    offs: &offs[..ctx_max],
+                    k: k_cache.as_ptr(),
+                    v: v_cache.as_ptr(),
+                    stride: max_len,
+                };
+                // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
+                // query/output rows hold head_dim floats, scores hold nq * max_len floats.
+                unsafe { tile.run(&qs, &outs, &mut scores) };
+            }
         }
     });
 }
