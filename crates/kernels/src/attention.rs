@@ -343,7 +343,8 @@ mod tests {
         };
         let (qw, kw, bs) = (6 * 16, 2 * 16, 4);
         let val = |i: usize, m: usize| ((i * m % 53) as f32 - 26.0) * 0.04;
-        let data: Vec<(Vec<f32>, Vec<f32>, Vec<u32>, Vec<f32>)> = (0..12)
+        type Owned = (Vec<f32>, Vec<f32>, Vec<u32>, Vec<f32>);
+        let data: Vec<Owned> = (0..12)
             .map(|s| {
                 let len = 3 + 5 * s;
                 let k = (0..len * kw).map(|i| val(i + s, 7)).collect();
