@@ -64,9 +64,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn bench_exp_ops(c: &mut Criterion) {
-    use oxllm_kernels::ops::{
-        silu_mul_in_place, silu_mul_scalar, softmax_in_place, softmax_scalar,
-    };
+    use oxllm_kernels::ops::{silu_mul_in_place, silu_mul_scalar, softmax_scalar, softmax_vexp};
     let mut g = c.benchmark_group("exp_ops");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
@@ -75,10 +73,10 @@ fn bench_exp_ops(c: &mut Criterion) {
         .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.7)
         .collect();
     let mut row = scores.clone();
-    g.bench_function("softmax/192", |b| {
+    g.bench_function("softmax_vexp/192", |b| {
         b.iter(|| {
             row.copy_from_slice(&scores);
-            softmax_in_place(&mut row)
+            softmax_vexp(&mut row)
         })
     });
     g.bench_function("softmax_scalar/192", |b| {

@@ -11,4 +11,4 @@ pub mod vexp;
 pub use activation::{add_in_place, silu, silu_mul_in_place, silu_mul_scalar};
 pub use norm::{rms_norm, rms_norm_rows_in_place};
 pub use rope::{Rope, RopeLayout};
-pub use softmax::{softmax_in_place, softmax_scalar};
+pub use softmax::{softmax_in_place, softmax_scalar, softmax_vexp};
