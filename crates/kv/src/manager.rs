@@ -217,7 +217,11 @@ impl KvCacheManager {
                 }
             }
             if let Some((slot, hash)) = prefix.restore {
-                if !self.checkpoints.as_ref().is_some_and(|c| c.holds(slot, hash)) {
+                if !self
+                    .checkpoints
+                    .as_ref()
+                    .is_some_and(|c| c.holds(slot, hash))
+                {
                     return Err(KvError::StaleCheckpoint(slot));
                 }
             }

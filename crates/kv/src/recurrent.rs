@@ -219,7 +219,10 @@ mod tests {
         assert_eq!(hit.num_computed_tokens(4), 16);
         assert_eq!(hit.restore_slot(), Some(plan[1].slot));
         // Planned again: the boundaries are already checkpointed.
-        assert!(kv.plan_checkpoints(1, &prompt, 0, 19, None).unwrap().is_empty());
+        assert!(kv
+            .plan_checkpoints(1, &prompt, 0, 19, None)
+            .unwrap()
+            .is_empty());
         assert!(kv.free(1));
         kv.allocate_slots(2, 19, &hit).unwrap().unwrap();
         assert_eq!(kv.state_slot(2), Some(0));

@@ -399,7 +399,10 @@ impl Scheduler {
         }
         if let Some(states) = self.kv.state_slots() {
             if states.num_used() != self.running.len()
-                || self.running.iter().any(|&id| self.kv.state_slot(id).is_none())
+                || self
+                    .running
+                    .iter()
+                    .any(|&id| self.kv.state_slot(id).is_none())
             {
                 return Err(format!(
                     "{} running requests but {} hold state slots",

@@ -359,7 +359,10 @@ fn hybrid_prompts_sharing_one_checkpoint_interval_hit_and_restore() {
     sched.add_request(req(2, b, 6)).unwrap();
     let (out, _) = step_states(&mut sched, VOCAB, &mut states);
     let seq_b = out.scheduled.iter().find(|s| s.req_id == 2).unwrap();
-    assert_eq!(seq_b.start_pos, 8, "exactly one checkpoint interval is reused");
+    assert_eq!(
+        seq_b.start_pos, 8,
+        "exactly one checkpoint interval is reused"
+    );
     assert!(seq_b.restore_from.is_some());
     assert_ne!(seq_b.state_slot, out.scheduled[0].state_slot);
     assert_eq!(sched.prefix_cache_stats().num_hit_tokens, 8);

@@ -108,7 +108,11 @@ fn check_step(
         // run first).
         let written = seq.state_slot.into_iter();
         for s in written.chain(seq.checkpoints.iter().map(|c| c.slot)) {
-            prop_assert!(slots_in_step.insert(s), "slot {} written twice in a step", s);
+            prop_assert!(
+                slots_in_step.insert(s),
+                "slot {} written twice in a step",
+                s
+            );
         }
         match &cfg.recurrent_states {
             None => prop_assert!(seq.state_slot.is_none() && seq.checkpoints.is_empty()),
@@ -124,7 +128,10 @@ fn check_step(
     for seq in &out.scheduled {
         if let Some(src) = seq.restore_from {
             let running = out.scheduled.iter().filter_map(|s| s.state_slot);
-            prop_assert!(running.into_iter().all(|s| s != src), "restore from a running slot");
+            prop_assert!(
+                running.into_iter().all(|s| s != src),
+                "restore from a running slot"
+            );
         }
     }
     if let (Some(r), Some(slots)) = (&cfg.recurrent_states, sched.kv().state_slots()) {

@@ -302,6 +302,7 @@ mod tests {
             vocab_size: 10,
             kv_bytes: 0,
             plans: Default::default(),
+            states: None,
         };
         let stats = EngineStats {
             plan_steps: 7,

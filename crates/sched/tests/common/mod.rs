@@ -38,7 +38,10 @@ impl FakeStates {
     pub fn apply(&mut self, out: &SchedulerOutput) -> HashMap<ReqId, u64> {
         for seq in &out.scheduled {
             if let (Some(src), Some(dst)) = (seq.restore_from, seq.state_slot) {
-                let v = *self.slots.get(&src).expect("restore from an unwritten checkpoint");
+                let v = *self
+                    .slots
+                    .get(&src)
+                    .expect("restore from an unwritten checkpoint");
                 self.slots.insert(dst, v);
             }
         }
@@ -51,7 +54,10 @@ impl FakeStates {
             let mut h = if seq.start_pos == 0 {
                 FNV_BASIS
             } else {
-                *self.slots.get(&slot).expect("continuing from an unwritten slot")
+                *self
+                    .slots
+                    .get(&slot)
+                    .expect("continuing from an unwritten slot")
             };
             for (i, &t) in seq.token_ids.iter().enumerate() {
                 h = absorb(h, t);
