@@ -189,6 +189,10 @@ struct GenerateArgs {
     /// `captured` (replay plans captured at start-up) or `eager`.
     #[arg(long, default_value = "captured")]
     plan: oxllm_engine::PlanMode,
+    /// Also time a prompt sharing its first N tokens with the one before it (prefix hit vs
+    /// cold, for each --prompt-lens above N); turns prefix caching on.
+    #[arg(long, default_value_t = 0)]
+    prefix_share: usize,
     /// Append one JSON line per measurement here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -416,22 +420,24 @@ fn generate(a: GenerateArgs) -> Result<()> {
         max_num_batched_tokens: a.max_num_batched_tokens,
         seed: a.seed,
         plan: a.plan,
+        prefix_share: a.prefix_share,
     };
     let (commit, machine, date) = (git_commit(), Machine::detect(), utc_now());
     println!(
-        "{:<8} {:>10} {:>6} {:>4} {:>8} {:>9} {:>10}",
-        "phase", "prompt_len", "batch", "rep", "tokens", "seconds", "tokens/s"
+        "{:<11} {:>10} {:>6} {:>4} {:>8} {:>9} {:>10} {:>7}",
+        "phase", "prompt_len", "batch", "rep", "tokens", "seconds", "tokens/s", "cached"
     );
     run_generate(&path, &b, |r| {
         println!(
-            "{:<8} {:>10} {:>6} {:>4} {:>8} {:>9.3} {:>10.1}",
+            "{:<11} {:>10} {:>6} {:>4} {:>8} {:>9.3} {:>10.1} {:>7}",
             r.phase,
             r.prompt_len,
             r.batch_size,
             r.repetition,
             r.tokens_timed,
             r.seconds,
-            r.tokens_per_s
+            r.tokens_per_s,
+            r.cached_tokens
         );
         if let Some(out) = &a.out {
             let mut v = serde_json::to_value(r)?;
