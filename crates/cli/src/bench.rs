@@ -453,7 +453,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         }
         Ok(())
     })?;
-    eprintln!("timed: prefill = submit -> first token (max_tokens 1, alone, prefix caching off); decode = last request's first token -> batch's last token, tokens in that window");
+    eprintln!("timed: prefill = submit -> first token (max_tokens 1, alone, distinct random prompts); prefix_cold / prefix_hit = the same for two prompts sharing their first --prefix-share tokens (cached = prompt tokens reused); decode = last request's first token -> batch's last token, tokens in that window");
     Ok(())
 }
 
