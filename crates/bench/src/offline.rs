@@ -6,7 +6,9 @@
 //!   arrival of its first token = the prefill forward pass (one step when `prompt_len` ≤
 //!   `max_num_batched_tokens`, else chunked) + sampling one token + a channel hop.
 //!   tokens/s = `prompt_len` / that time.
-//! - decode: `batch_size` requests of `decode_prompt_len` tokens each, `output_len` tokens each,
+//! - decode: `batch_size` requests of `decode_prompt_len` tokens each (for each of
+//!   `decode_prompt_lens`, interleaved within each repetition so load drift hits every context
+//!   alike), `output_len` tokens each,
 //!   `ignore_eos`, submitted together. The clock starts when the last request's first token
 //!   arrives (every prefill is done) and stops when the last token of any request arrives;
 //!   tokens/s = tokens that arrived inside that window / its length. Prefill is excluded; the
@@ -39,7 +41,7 @@ pub struct GenerateBench {
     pub prompt_lens: Vec<usize>,
     pub batch_sizes: Vec<usize>,
     pub output_len: usize,
-    pub decode_prompt_len: usize,
+    pub decode_prompt_lens: Vec<usize>,
     pub repeats: usize,
     pub threads: usize,
     pub max_num_batched_tokens: usize,
@@ -234,48 +236,50 @@ pub fn run_generate(
         }
     }
 
-    for &bs in &b.batch_sizes {
-        for rep in 0..b.repeats {
-            let streams = (0..bs)
-                .map(|_| {
-                    submit(request(
-                        ids_of_len(tok.as_ref(), vocab, b.decode_prompt_len, &mut rng)?,
-                        b.output_len,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let timelines = std::thread::scope(|sc| {
-                let hs: Vec<_> = streams
-                    .into_iter()
-                    .map(|s| sc.spawn(move || drain(s)))
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join()
-                            .map_err(|_| BenchError::Engine("a reader thread panicked".into()))?
+    for rep in 0..b.repeats {
+        for &ctx in &b.decode_prompt_lens {
+            for &bs in &b.batch_sizes {
+                let streams = (0..bs)
+                    .map(|_| {
+                        submit(request(
+                            ids_of_len(tok.as_ref(), vocab, ctx, &mut rng)?,
+                            b.output_len,
+                        ))
                     })
-                    .collect::<Result<Vec<_>>>()
-            })?;
-            let start = timelines
-                .iter()
-                .filter_map(|t| t.first().map(|x| x.0))
-                .max()
-                .ok_or_else(|| BenchError::Engine("no tokens came back".into()))?;
-            let end = timelines
-                .iter()
-                .filter_map(|t| t.last().map(|x| x.0))
-                .max()
-                .unwrap_or(start);
-            let tokens: usize = timelines
-                .iter()
-                .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
-                .sum();
-            let secs = (end - start).as_secs_f64();
-            sink(&GenerateRecord {
+                    .collect::<Result<Vec<_>>>()?;
+                let timelines = std::thread::scope(|sc| {
+                    let hs: Vec<_> = streams
+                        .into_iter()
+                        .map(|s| sc.spawn(move || drain(s)))
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join().map_err(|_| {
+                                BenchError::Engine("a reader thread panicked".into())
+                            })?
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })?;
+                let start = timelines
+                    .iter()
+                    .filter_map(|t| t.first().map(|x| x.0))
+                    .max()
+                    .ok_or_else(|| BenchError::Engine("no tokens came back".into()))?;
+                let end = timelines
+                    .iter()
+                    .filter_map(|t| t.last().map(|x| x.0))
+                    .max()
+                    .unwrap_or(start);
+                let tokens: usize = timelines
+                    .iter()
+                    .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
+                    .sum();
+                let secs = (end - start).as_secs_f64();
+                sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "decode".into(),
                 repetition: rep,
-                prompt_len: b.decode_prompt_len,
+                prompt_len: ctx,
                 batch_size: bs,
                 output_len: b.output_len,
                 tokens_timed: tokens,
@@ -284,6 +288,7 @@ pub fn run_generate(
                 timed: "last request's first token -> last token of the batch; tokens arriving in that window".into(),
                 cached_tokens: 0,
             })?;
+            }
         }
     }
     engine.shutdown();

@@ -174,9 +174,10 @@ struct GenerateArgs {
     /// Tokens generated per request in the decode runs.
     #[arg(long, default_value_t = 64)]
     output_len: usize,
-    /// Prompt tokens per request in the decode runs.
-    #[arg(long, default_value_t = 32)]
-    decode_prompt_len: usize,
+    /// Prompt tokens per request in the decode runs; a list (e.g. 128,1024,4096) measures decode
+    /// at each context, interleaved within each repetition.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    decode_prompt_len: Vec<usize>,
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Worker threads [default: all cores].
@@ -414,7 +415,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         prompt_lens: a.prompt_lens.clone(),
         batch_sizes: a.batch_sizes.clone(),
         output_len: a.output_len,
-        decode_prompt_len: a.decode_prompt_len,
+        decode_prompt_lens: a.decode_prompt_len.clone(),
         repeats: a.repeats,
         threads,
         max_num_batched_tokens: a.max_num_batched_tokens,
