@@ -175,6 +175,15 @@ fn batched_chunked_preempted_and_slot_bound_runs_match_alone_cold() {
             "{summary}"
         );
         assert_eq!(run(&bound, &prompts, 16), alone, "{dir}: 2 state slots");
+        // Stats are published after the step that delivered the last tokens.
+        let settled = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut s = bound.handle().stats();
+        while s.num_running > 0 && std::time::Instant::now() < settled {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            s = bound.handle().stats();
+        }
+        assert_eq!((s.num_state_slots_total, s.num_state_slots_free), (2, 2));
+        assert!((1..=3).contains(&s.num_state_checkpoints), "{s:?}");
     }
 }
 
