@@ -6,11 +6,19 @@
 //!   arrival of its first token = the prefill forward pass (one step when `prompt_len` ≤
 //!   `max_num_batched_tokens`, else chunked) + sampling one token + a channel hop.
 //!   tokens/s = `prompt_len` / that time.
-//! - decode: `batch_size` requests of `decode_prompt_len` tokens each, `output_len` tokens each,
+//! - decode: `batch_size` requests of `decode_prompt_len` tokens each (for each of
+//!   `decode_prompt_lens`, interleaved within each repetition so load drift hits every context
+//!   alike), `output_len` tokens each,
 //!   `ignore_eos`, submitted together. The clock starts when the last request's first token
 //!   arrives (every prefill is done) and stops when the last token of any request arrives;
 //!   tokens/s = tokens that arrived inside that window / its length. Prefill is excluded; the
 //!   window is pure batched decode (plus per-step scheduling and sampling).
+//!
+//! - prefix hit (`prefix_share` > 0, prefix caching on): per prompt length above it, two
+//!   requests of that length sharing their first `prefix_share` tokens, one after the other,
+//!   each timed like a prefill. The first (`prefix_cold`) finds nothing cached, the second
+//!   (`prefix_hit`) reuses the cached blocks (and, on hybrids, a recurrent-state checkpoint);
+//!   `cached_tokens` says how many prompt tokens it skipped.
 //!
 //! One warm-up request runs first (thread pool start, page faults on the mapped weights).
 
@@ -33,12 +41,15 @@ pub struct GenerateBench {
     pub prompt_lens: Vec<usize>,
     pub batch_sizes: Vec<usize>,
     pub output_len: usize,
-    pub decode_prompt_len: usize,
+    pub decode_prompt_lens: Vec<usize>,
     pub repeats: usize,
     pub threads: usize,
     pub max_num_batched_tokens: usize,
     pub seed: u64,
     pub plan: PlanMode,
+    /// Tokens shared by the prompts of the prefix-hit runs (0: no such runs, prefix caching
+    /// off).
+    pub prefix_share: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -55,6 +66,8 @@ pub struct GenerateRecord {
     pub seconds: f64,
     pub tokens_per_s: f64,
     pub timed: String,
+    /// Prompt tokens the prefix cache supplied (0 outside the prefix-hit runs).
+    pub cached_tokens: usize,
 }
 
 fn ids_of_len(
@@ -107,6 +120,27 @@ fn drain(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     Err(BenchError::Engine("the engine stopped mid-request".into()))
 }
 
+/// Seconds from now until the stream's first token, and the prompt tokens the prefix cache
+/// supplied; drains the stream.
+fn time_first_token(mut s: RequestStream) -> Result<(f64, usize)> {
+    let t0 = Instant::now();
+    let mut first = None;
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
+                first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+            }
+            RequestEvent::Finished { cached_tokens, .. } => {
+                let secs = first.ok_or_else(|| BenchError::Engine("no token came back".into()))?;
+                return Ok((secs, cached_tokens));
+            }
+            RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
+            RequestEvent::Delta { .. } => {}
+        }
+    }
+    Err(BenchError::Engine("the engine stopped mid-request".into()))
+}
+
 /// Loads the model and runs the benchmark; `sink` gets each record as it is measured.
 pub fn run_generate(
     model_path: &Path,
@@ -133,7 +167,7 @@ pub fn run_generate(
     let config = EngineConfig {
         max_num_seqs: max_batch,
         max_num_batched_tokens: b.max_num_batched_tokens,
-        enable_prefix_caching: false,
+        enable_prefix_caching: b.prefix_share > 0,
         threads: b.threads,
         plan: b.plan,
         ..EngineConfig::default()
@@ -152,20 +186,7 @@ pub fn run_generate(
     for &len in &b.prompt_lens {
         for rep in 0..b.repeats {
             let ids = ids_of_len(tok.as_ref(), vocab, len, &mut rng)?;
-            let t0 = Instant::now();
-            let mut s = submit(request(ids, 1))?;
-            let mut first = None;
-            while let Some(ev) = s.blocking_next() {
-                match ev {
-                    RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
-                        first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
-                    }
-                    RequestEvent::Finished { .. } => break,
-                    RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
-                    RequestEvent::Delta { .. } => {}
-                }
-            }
-            let secs = first.ok_or_else(|| BenchError::Engine("no token came back".into()))?;
+            let (secs, _) = time_first_token(submit(request(ids, 1))?)?;
             sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "prefill".into(),
@@ -177,59 +198,97 @@ pub fn run_generate(
                 seconds: secs,
                 tokens_per_s: len as f64 / secs.max(1e-12),
                 timed: "submit -> first token of one request with max_tokens 1 (prefill forward + 1 sample)".into(),
+                cached_tokens: 0,
             })?;
         }
     }
 
-    for &bs in &b.batch_sizes {
+    let shared_lens = b
+        .prompt_lens
+        .iter()
+        .filter(|&&l| b.prefix_share > 0 && l > b.prefix_share);
+    for &len in shared_lens {
         for rep in 0..b.repeats {
-            let streams = (0..bs)
-                .map(|_| {
-                    submit(request(
-                        ids_of_len(tok.as_ref(), vocab, b.decode_prompt_len, &mut rng)?,
-                        b.output_len,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let timelines = std::thread::scope(|sc| {
-                let hs: Vec<_> = streams
-                    .into_iter()
-                    .map(|s| sc.spawn(move || drain(s)))
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join()
-                            .map_err(|_| BenchError::Engine("a reader thread panicked".into()))?
+            let shared = ids_of_len(tok.as_ref(), vocab, b.prefix_share, &mut rng)?;
+            for phase in ["prefix_cold", "prefix_hit"] {
+                let mut ids = shared.clone();
+                ids.extend(ids_of_len(
+                    tok.as_ref(),
+                    vocab,
+                    len - b.prefix_share,
+                    &mut rng,
+                )?);
+                let (secs, cached) = time_first_token(submit(request(ids, 1))?)?;
+                sink(&GenerateRecord {
+                    kind: "generate".into(),
+                    phase: phase.into(),
+                    repetition: rep,
+                    prompt_len: len,
+                    batch_size: 1,
+                    output_len: 1,
+                    tokens_timed: len,
+                    seconds: secs,
+                    tokens_per_s: len as f64 / secs.max(1e-12),
+                    timed: format!("submit -> first token of one request with max_tokens 1 whose first {} tokens the previous request shared (prefix_cold: none before it)", b.prefix_share),
+                    cached_tokens: cached,
+                })?;
+            }
+        }
+    }
+
+    for rep in 0..b.repeats {
+        for &ctx in &b.decode_prompt_lens {
+            for &bs in &b.batch_sizes {
+                let streams = (0..bs)
+                    .map(|_| {
+                        submit(request(
+                            ids_of_len(tok.as_ref(), vocab, ctx, &mut rng)?,
+                            b.output_len,
+                        ))
                     })
-                    .collect::<Result<Vec<_>>>()
-            })?;
-            let start = timelines
-                .iter()
-                .filter_map(|t| t.first().map(|x| x.0))
-                .max()
-                .ok_or_else(|| BenchError::Engine("no tokens came back".into()))?;
-            let end = timelines
-                .iter()
-                .filter_map(|t| t.last().map(|x| x.0))
-                .max()
-                .unwrap_or(start);
-            let tokens: usize = timelines
-                .iter()
-                .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
-                .sum();
-            let secs = (end - start).as_secs_f64();
-            sink(&GenerateRecord {
+                    .collect::<Result<Vec<_>>>()?;
+                let timelines = std::thread::scope(|sc| {
+                    let hs: Vec<_> = streams
+                        .into_iter()
+                        .map(|s| sc.spawn(move || drain(s)))
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join().map_err(|_| {
+                                BenchError::Engine("a reader thread panicked".into())
+                            })?
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })?;
+                let start = timelines
+                    .iter()
+                    .filter_map(|t| t.first().map(|x| x.0))
+                    .max()
+                    .ok_or_else(|| BenchError::Engine("no tokens came back".into()))?;
+                let end = timelines
+                    .iter()
+                    .filter_map(|t| t.last().map(|x| x.0))
+                    .max()
+                    .unwrap_or(start);
+                let tokens: usize = timelines
+                    .iter()
+                    .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
+                    .sum();
+                let secs = (end - start).as_secs_f64();
+                sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "decode".into(),
                 repetition: rep,
-                prompt_len: b.decode_prompt_len,
+                prompt_len: ctx,
                 batch_size: bs,
                 output_len: b.output_len,
                 tokens_timed: tokens,
                 seconds: secs,
                 tokens_per_s: tokens as f64 / secs.max(1e-12),
                 timed: "last request's first token -> last token of the batch; tokens arriving in that window".into(),
+                cached_tokens: 0,
             })?;
+            }
         }
     }
     engine.shutdown();

@@ -174,9 +174,10 @@ struct GenerateArgs {
     /// Tokens generated per request in the decode runs.
     #[arg(long, default_value_t = 64)]
     output_len: usize,
-    /// Prompt tokens per request in the decode runs.
-    #[arg(long, default_value_t = 32)]
-    decode_prompt_len: usize,
+    /// Prompt tokens per request in the decode runs; a list (e.g. 128,1024,4096) measures decode
+    /// at each context, interleaved within each repetition.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    decode_prompt_len: Vec<usize>,
     #[arg(long, default_value_t = 3)]
     repeats: usize,
     /// Worker threads [default: all cores].
@@ -189,6 +190,10 @@ struct GenerateArgs {
     /// `captured` (replay plans captured at start-up) or `eager`.
     #[arg(long, default_value = "captured")]
     plan: oxllm_engine::PlanMode,
+    /// Also time a prompt sharing its first N tokens with the one before it (prefix hit vs
+    /// cold, for each --prompt-lens above N); turns prefix caching on.
+    #[arg(long, default_value_t = 0)]
+    prefix_share: usize,
     /// Append one JSON line per measurement here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -410,28 +415,30 @@ fn generate(a: GenerateArgs) -> Result<()> {
         prompt_lens: a.prompt_lens.clone(),
         batch_sizes: a.batch_sizes.clone(),
         output_len: a.output_len,
-        decode_prompt_len: a.decode_prompt_len,
+        decode_prompt_lens: a.decode_prompt_len.clone(),
         repeats: a.repeats,
         threads,
         max_num_batched_tokens: a.max_num_batched_tokens,
         seed: a.seed,
         plan: a.plan,
+        prefix_share: a.prefix_share,
     };
     let (commit, machine, date) = (git_commit(), Machine::detect(), utc_now());
     println!(
-        "{:<8} {:>10} {:>6} {:>4} {:>8} {:>9} {:>10}",
-        "phase", "prompt_len", "batch", "rep", "tokens", "seconds", "tokens/s"
+        "{:<11} {:>10} {:>6} {:>4} {:>8} {:>9} {:>10} {:>7}",
+        "phase", "prompt_len", "batch", "rep", "tokens", "seconds", "tokens/s", "cached"
     );
     run_generate(&path, &b, |r| {
         println!(
-            "{:<8} {:>10} {:>6} {:>4} {:>8} {:>9.3} {:>10.1}",
+            "{:<11} {:>10} {:>6} {:>4} {:>8} {:>9.3} {:>10.1} {:>7}",
             r.phase,
             r.prompt_len,
             r.batch_size,
             r.repetition,
             r.tokens_timed,
             r.seconds,
-            r.tokens_per_s
+            r.tokens_per_s,
+            r.cached_tokens
         );
         if let Some(out) = &a.out {
             let mut v = serde_json::to_value(r)?;
@@ -447,7 +454,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         }
         Ok(())
     })?;
-    eprintln!("timed: prefill = submit -> first token (max_tokens 1, alone, prefix caching off); decode = last request's first token -> batch's last token, tokens in that window");
+    eprintln!("timed: prefill = submit -> first token (max_tokens 1, alone, distinct random prompts); prefix_cold / prefix_hit = the same for two prompts sharing their first --prefix-share tokens (cached = prompt tokens reused); decode = last request's first token -> batch's last token, tokens in that window");
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use oxllm_models::{load_model, ModelFile};
 use oxllm_tok::Tokenizer;
 
 use crate::batch::{run_batch, BatchDefaults};
+use crate::state_args::{print_state_summary, StateArgs};
 use oxllm_engine::{
     BackendKind, Engine, EngineConfig, EngineInfo, KvCacheSize, PlanMode, RequestEvent,
 };
@@ -73,6 +74,8 @@ pub struct GenerateArgs {
     /// `cpu` (fast kernels) or `reference` (scalar, one thread, no capture; for cross-checks).
     #[arg(long, default_value = "cpu")]
     backend: BackendKind,
+    #[command(flatten)]
+    states: StateArgs,
 }
 
 pub fn default_model_path() -> PathBuf {
@@ -125,6 +128,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             backend: args.backend,
             ..EngineConfig::default()
         };
+        let config = args.states.apply(config);
         let engine = Engine::start(model, tokenizer.clone(), config)?;
         let info = engine.handle().info().clone();
         print_plans(&info);
@@ -136,6 +140,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             info.kv_bytes as f64 / (1 << 20) as f64,
             info.max_model_len
         );
+        print_state_summary(&info);
         let defaults = BatchDefaults {
             max_tokens: args.max_tokens,
             temperature: args.temperature,

@@ -4,6 +4,7 @@ mod batch;
 mod bench;
 mod generate;
 mod serve;
+mod state_args;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

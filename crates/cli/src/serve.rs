@@ -10,6 +10,7 @@ use oxllm_engine::{EngineConfig, KvCacheSize, PlanMode};
 use oxllm_server::{AppState, ServerConfig};
 
 use crate::generate::default_model_path;
+use crate::state_args::{print_state_summary, StateArgs};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -56,6 +57,8 @@ pub struct ServeArgs {
     /// Seconds running requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
+    #[command(flatten)]
+    states: StateArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -81,6 +84,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         plan: args.plan,
         ..EngineConfig::default()
     };
+    let config = args.states.apply(config);
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         let file = path
             .file_name()
@@ -108,6 +112,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             p.decode_buckets, p.prefill_buckets, p.capture_ms
         );
     }
+    print_state_summary(&info);
     let server_config = ServerConfig {
         served_model_name: name.clone(),
         model_path: path.display().to_string(),

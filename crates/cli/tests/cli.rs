@@ -223,3 +223,49 @@ fn bad_inputs_give_clear_errors() {
     assert!(err.contains("temperature"), "{err}");
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+#[test]
+fn batch_mode_on_a_hybrid_reports_the_state_pool_and_reuses_checkpoints() {
+    let tmp = std::env::temp_dir().join(format!("oxllm-hybrid-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (input, output) = (tmp.join("in.jsonl"), tmp.join("out.jsonl"));
+    let prompt: Vec<u32> = (0..40u32).map(|i| (i * 37 + 5) % 500 + 3).collect();
+    let line = serde_json::json!({"prompt_ids": prompt, "max_tokens": 6, "ignore_eos": true});
+    std::fs::write(&input, format!("{line}\n{line}\n")).unwrap();
+    let out = oxllm()
+        .args(["generate", "--threads", "2", "--max-state-slots", "1"])
+        .args([
+            "--state-checkpoints",
+            "3",
+            "--state-checkpoint-interval",
+            "1",
+        ])
+        .arg("--model")
+        .arg(repo().join("tests/fixtures/tiny/qwen3.5-f32"))
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("at most 1 sequences run at once, below --max-num-seqs 64"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("a state checkpoint every 16 tokens, 3 checkpoints"),
+        "{stderr}"
+    );
+    // One state slot: the two lines run one after the other (the second may reuse the first's
+    // checkpoints) and give the same ids.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(ids(&lines[0]["ids"]).len(), 6);
+    assert_eq!(lines[0]["ids"], lines[1]["ids"]);
+}

@@ -66,6 +66,14 @@ pub struct EngineConfig {
     pub threads: usize,
     pub plan: PlanMode,
     pub backend: BackendKind,
+    /// Hybrid models: recurrent-state slots for running sequences (bounds concurrency)
+    /// [default: `max_num_seqs`, within a quarter of a byte-sized KV budget].
+    pub max_state_slots: Option<usize>,
+    /// Hybrid models: recurrent-state checkpoints kept for prefix hits [default: what a quarter
+    /// of a byte-sized KV budget holds, at most 256; `max_state_slots` with a block count].
+    pub num_state_checkpoints: Option<usize>,
+    /// Hybrid models: blocks between recurrent-state checkpoints.
+    pub state_checkpoint_interval: usize,
 }
 
 impl Default for EngineConfig {
@@ -80,18 +88,22 @@ impl Default for EngineConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             plan: PlanMode::default(),
             backend: BackendKind::default(),
+            max_state_slots: None,
+            num_state_checkpoints: None,
+            state_checkpoint_interval: 4,
         }
     }
 }
 
 impl EngineConfig {
-    /// Number of KV blocks (including the reserved null block) this config gives `model`.
-    pub fn resolve_num_blocks(&self, model: &ModelConfig) -> usize {
+    /// Number of KV blocks (including the reserved null block) this config gives `model`, whose
+    /// recurrent-state pool (hybrids; 0 otherwise) takes `state_bytes` of a byte budget.
+    pub fn resolve_num_blocks(&self, model: &ModelConfig, state_bytes: usize) -> usize {
         match self.kv_cache {
             KvCacheSize::Blocks(n) => n,
             KvCacheSize::Bytes(bytes) => {
                 let per_token = KvCache::bytes_per_token(model.kv_layers, model.kv_width());
-                bytes / (per_token * self.block_size).max(1)
+                bytes.saturating_sub(state_bytes) / (per_token * self.block_size).max(1)
             }
         }
     }

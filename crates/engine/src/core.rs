@@ -33,6 +33,11 @@ pub struct EngineStats {
     /// Steps that replayed a captured plan, and steps that ran eager.
     pub plan_steps: u64,
     pub eager_steps: u64,
+    /// Hybrid models: recurrent-state slots for running sequences (0 for attention-only
+    /// models), how many are free, and the state checkpoints held for prefix hits.
+    pub num_state_slots_total: usize,
+    pub num_state_slots_free: usize,
+    pub num_state_checkpoints: usize,
 }
 
 impl EngineStats {
@@ -362,6 +367,8 @@ impl<'t> EngineCore<'t> {
 
     fn publish_stats(&self) {
         let pc = self.scheduler.prefix_cache_stats();
+        let kv = self.scheduler.kv();
+        let slots = kv.state_slots();
         let snapshot = EngineStats {
             num_running: self.scheduler.num_running(),
             num_waiting: self.scheduler.num_waiting(),
@@ -375,6 +382,9 @@ impl<'t> EngineCore<'t> {
             generated_tokens: self.generated_tokens,
             plan_steps: self.runner.counts().replayed,
             eager_steps: self.runner.counts().eager,
+            num_state_slots_total: slots.map_or(0, |s| s.num_slots()),
+            num_state_slots_free: slots.map_or(0, |s| s.num_free()),
+            num_state_checkpoints: kv.checkpoint_stats().map_or(0, |c| c.committed),
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snapshot;

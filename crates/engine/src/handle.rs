@@ -11,14 +11,17 @@ use std::thread::JoinHandle;
 
 use oxllm_core::ReqId;
 use oxllm_models::Model;
-use oxllm_sched::{Scheduler, SchedulerConfig};
+use oxllm_sched::{RecurrentStateConfig, Scheduler, SchedulerConfig};
 use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::core::{EngineCore, EngineStats};
 use crate::plans::PlanReport;
 use crate::runner::{ModelRunner, RunnerConfig};
-use crate::{EngineConfig, EngineError, GenerationRequest, RequestEvent, RequestStream};
+use crate::{
+    plan_states, EngineConfig, EngineError, GenerationRequest, RequestEvent, RequestStream,
+    StatePlan,
+};
 
 enum Command {
     Submit(
@@ -39,9 +42,22 @@ pub struct EngineInfo {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
     pub vocab_size: usize,
+    /// Bytes of the whole cache: K/V blocks plus the recurrent-state pool.
     pub kv_bytes: usize,
     /// What was captured at start-up (empty when plans are off or unavailable).
     pub plans: PlanReport,
+    /// Hybrid models: the recurrent-state pool (running slots, checkpoints).
+    pub states: Option<StatePlan>,
+}
+
+impl EngineInfo {
+    /// Start-up lines about the recurrent-state pool (empty for attention-only models),
+    /// including whether it bounds concurrency below `max_num_seqs`.
+    pub fn state_summary(&self) -> Vec<String> {
+        self.states
+            .map(|s| s.describe(self.max_num_seqs))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Clone)]
@@ -65,7 +81,8 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
         let mc = model.config.clone();
-        let num_blocks = config.resolve_num_blocks(&mc);
+        let states = plan_states(&config, model.state_bytes_per_seq());
+        let num_blocks = config.resolve_num_blocks(&mc, states.map_or(0, |s| s.total_bytes()));
         let max_model_len = config.resolve_max_model_len(&mc);
         if config.threads == 0 {
             return Err(EngineError::Config("threads must be at least 1".into()));
@@ -76,8 +93,13 @@ impl Engine {
             block_size: config.block_size,
             num_blocks,
             max_model_len,
-            // A prefix hit would skip tokens whose recurrent state is not cached (issue 7).
-            enable_prefix_caching: config.enable_prefix_caching && !model.has_recurrent_state(),
+            // Hybrids hit only at boundaries with a recurrent-state checkpoint.
+            enable_prefix_caching: config.enable_prefix_caching,
+            recurrent_states: states.map(|s| RecurrentStateConfig {
+                num_slots: s.num_slots,
+                num_checkpoints: s.num_checkpoints,
+                checkpoint_interval_blocks: config.state_checkpoint_interval.max(1),
+            }),
         };
         let scheduler = Scheduler::new(sched_config)?;
         let info = EngineInfo {
@@ -91,7 +113,8 @@ impl Engine {
             kv_bytes: num_blocks
                 * config.block_size
                 * oxllm_models::KvCache::bytes_per_token(mc.kv_layers, mc.kv_width())
-                + config.max_num_seqs * model.state_bytes_per_seq(),
+                + states.map_or(0, |s| s.total_bytes()),
+            states,
         };
         let runner = ModelRunner::new(
             model,
@@ -100,6 +123,7 @@ impl Engine {
                 block_size: config.block_size,
                 threads: config.threads,
                 max_seqs: config.max_num_seqs,
+                state_slots: states.map_or(0, |s| s.pool_slots()),
                 max_tokens: config.max_num_batched_tokens,
                 max_model_len,
                 plan: config.plan,

@@ -16,6 +16,7 @@ mod handle;
 mod plans;
 mod request;
 mod runner;
+mod states;
 
 pub use crate::core::EngineStats;
 pub use config::{BackendKind, EngineConfig, KvCacheSize, PlanMode};
@@ -23,3 +24,4 @@ pub use error::EngineError;
 pub use handle::{Engine, EngineHandle, EngineInfo};
 pub use plans::{decode_buckets, prefill_buckets, PlanReport};
 pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
+pub use states::{plan_states, StatePlan};

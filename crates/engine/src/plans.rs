@@ -100,6 +100,7 @@ impl GraphExec {
             block_size,
             threads,
             max_seqs,
+            state_slots: _,
             max_tokens,
             max_model_len,
             plan: mode,

@@ -3,14 +3,12 @@
 //!
 //! Dense models run on a runtime backend ([`crate::plans`]): captured plans per bucket where
 //! one serves the step, eager ops otherwise; sampling happens inside the step. Hybrid models run
-//! their direct forward on a [`KvCache`] and are sampled on the host; they also get a
-//! recurrent-state slot per running request, held until the scheduler reports the request
-//! finished or preempted.
+//! their direct forward on a [`KvCache`] and are sampled on the host; the scheduler's output
+//! names each sequence's recurrent-state slot (and the checkpoints to restore or take), which
+//! the runner passes on.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use oxllm_core::ReqId;
 use oxllm_kernels::attention::AttnMetadata;
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_models::{ForwardBatch, KvCache, Model};
@@ -45,6 +43,8 @@ pub(crate) struct RunnerConfig {
     pub block_size: usize,
     pub threads: usize,
     pub max_seqs: usize,
+    /// Hybrid models: recurrent-state slots of the cache (running slots + checkpoint slots).
+    pub state_slots: usize,
     pub max_tokens: usize,
     pub max_model_len: usize,
     pub plan: PlanMode,
@@ -60,9 +60,6 @@ enum Exec {
 struct Direct {
     kv: KvCache,
     pool: ThreadPool,
-    /// Recurrent-state slot of each running request.
-    state_slots: HashMap<ReqId, u32>,
-    free_state_slots: Vec<u32>,
 }
 
 pub struct ModelRunner {
@@ -88,17 +85,10 @@ impl ModelRunner {
                     eprintln!("oxllm: {msg}");
                     report.failed.push(msg.to_string());
                 }
-                let kv = model.new_cache(cfg.num_blocks, cfg.block_size, cfg.max_seqs);
-                let free_state_slots = if model.has_recurrent_state() {
-                    (0..cfg.max_seqs as u32).rev().collect()
-                } else {
-                    Vec::new()
-                };
+                let kv = model.new_cache(cfg.num_blocks, cfg.block_size, cfg.state_slots);
                 Exec::Direct(Box::new(Direct {
                     kv,
                     pool: ThreadPool::new(cfg.threads),
-                    state_slots: HashMap::new(),
-                    free_state_slots,
                 }))
             }
         };
@@ -146,7 +136,7 @@ impl ModelRunner {
         let outcomes = match &mut self.exec {
             Exec::Graph(g) => {
                 let num_slots = g.num_slots();
-                batch_of(&arrays, &[], self.block_size)
+                batch_of(&arrays, self.block_size)
                     .validate(num_slots, self.block_size)
                     .map_err(|e| EngineError::Model(oxllm_models::ModelError::InvalidBatch(e)))?;
                 let (replayed, outcomes) = g.run(&arrays, jobs, profile)?;
@@ -158,8 +148,7 @@ impl ModelRunner {
                 outcomes
             }
             Exec::Direct(d) => {
-                let slots = d.assign_state_slots(&self.model, out)?;
-                let batch = batch_of(&arrays, &slots, self.block_size);
+                let batch = batch_of(&arrays, self.block_size);
                 let mut logits = self.model.forward(&d.pool, &batch, &mut d.kv)?;
                 self.counts.eager += 1;
                 let vocab = self.model.config.vocab_size;
@@ -176,7 +165,7 @@ impl ModelRunner {
     }
 }
 
-fn batch_of<'a>(arrays: &'a BatchArrays, slots: &'a [u32], block_size: usize) -> ForwardBatch<'a> {
+fn batch_of(arrays: &BatchArrays, block_size: usize) -> ForwardBatch<'_> {
     ForwardBatch {
         token_ids: &arrays.token_ids,
         positions: &arrays.positions,
@@ -189,40 +178,10 @@ fn batch_of<'a>(arrays: &'a BatchArrays, slots: &'a [u32], block_size: usize) ->
             block_size,
         },
         logits_indices: &arrays.logits_indices,
-        state_slots: slots,
-    }
-}
-
-impl Direct {
-    fn assign_state_slots(
-        &mut self,
-        model: &Model,
-        out: &SchedulerOutput,
-    ) -> Result<Vec<u32>, EngineError> {
-        let mut slots = Vec::new();
-        if !model.has_recurrent_state() {
-            return Ok(slots);
-        }
-        for id in out.finished.iter().chain(&out.preempted) {
-            if let Some(slot) = self.state_slots.remove(id) {
-                self.free_state_slots.push(slot);
-            }
-        }
-        for seq in &out.scheduled {
-            let slot = match self.state_slots.get(&seq.req_id) {
-                Some(&slot) => slot,
-                None => {
-                    let slot = self.free_state_slots.pop().ok_or_else(|| {
-                        EngineError::Config(
-                            "more running sequences than recurrent-state slots".into(),
-                        )
-                    })?;
-                    self.state_slots.insert(seq.req_id, slot);
-                    slot
-                }
-            };
-            slots.push(slot);
-        }
-        Ok(slots)
+        // Hybrid models: the scheduler's state slots, restores and checkpoints.
+        state_slots: &arrays.state_slots,
+        restore_slots: &arrays.restore_slots,
+        checkpoint_rows: &arrays.checkpoint_rows,
+        checkpoint_slots: &arrays.checkpoint_slots,
     }
 }

@@ -27,6 +27,10 @@ pub enum KvError {
     PrefixForLiveRequest(ReqId),
     #[error("prefix block {0} was evicted or re-cached after the lookup; look up again")]
     StalePrefix(BlockId),
+    #[error("state checkpoint {0} was evicted after the lookup; look up again")]
+    StaleCheckpoint(u32),
+    #[error("invalid recurrent-state configuration: {0}")]
+    InvalidStateConfig(String),
     #[error("the prefix covers {prefix} tokens but only {requested} were asked for")]
     PrefixLongerThanRequest { prefix: usize, requested: usize },
     #[error("{computed} computed tokens but only {known} tokens given")]

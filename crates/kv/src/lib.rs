@@ -10,16 +10,27 @@
 //! - [`KvCacheManager`] is what a scheduler talks to: prefix lookups, slot allocation, caching
 //!   newly full blocks, freeing a request's blocks.
 //!
+//! - [`StateSlots`] and [`StateCheckpoints`] (hybrid models): one recurrent-state slot per
+//!   running request, counted like blocks, and a bounded LRU pool of state checkpoints at block
+//!   boundaries so prefix hits can restore the state; both owned by the manager.
+//!
 //! Block 0 is the null block ([`NULL_BLOCK`]): never handed out, so a runner can pad block tables
 //! with it.
 
+mod checkpoints;
 mod error;
 mod free_list;
 mod hash;
 mod manager;
 mod pool;
+mod recurrent;
+mod state_slots;
+
+pub use checkpoints::{CheckpointStats, StateCheckpoints};
 
 pub use error::{InvariantViolation, KvError};
 pub use hash::{hash_block, BlockHash};
 pub use manager::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
 pub use pool::{BlockPool, NULL_BLOCK};
+pub use recurrent::PlannedCheckpoint;
+pub use state_slots::StateSlots;

@@ -15,17 +15,21 @@ use std::collections::HashMap;
 
 use oxllm_core::{BlockId, ReqId, TokenId};
 
+use crate::checkpoints::StateCheckpoints;
 use crate::error::{InvariantViolation, KvError};
 use crate::hash::{hash_block, BlockHash};
 use crate::pool::{BlockPool, NULL_BLOCK};
+use crate::state_slots::StateSlots;
 
 /// The result of a prefix lookup: cached blocks a new request can adopt instead of computing.
 /// Only the manager creates non-empty ones; `Default` is "no hit".
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ComputedBlocks {
-    blocks: Vec<BlockId>,
-    hashes: Vec<BlockHash>,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) hashes: Vec<BlockHash>,
     num_queried_tokens: usize,
+    /// Hybrid models: the checkpoint holding the recurrent state after the last hit block.
+    pub(crate) restore: Option<(u32, BlockHash)>,
 }
 
 impl ComputedBlocks {
@@ -41,6 +45,12 @@ impl ComputedBlocks {
 
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
+    }
+
+    /// Hybrid models: the checkpoint slot whose recurrent state must be copied into the
+    /// request's state slot before its first step.
+    pub fn restore_slot(&self) -> Option<u32> {
+        self.restore.map(|(slot, _)| slot)
     }
 }
 
@@ -68,19 +78,23 @@ impl PrefixCacheStats {
 }
 
 #[derive(Clone, Debug, Default)]
-struct RequestBlocks {
-    table: Vec<BlockId>,
+pub(crate) struct RequestBlocks {
+    pub(crate) table: Vec<BlockId>,
     /// Chained hashes of the leading full blocks already offered to the cache.
-    block_hashes: Vec<BlockHash>,
+    pub(crate) block_hashes: Vec<BlockHash>,
 }
 
 /// Block tables of live requests over one pool, with automatic prefix caching.
 #[derive(Clone, Debug)]
 pub struct KvCacheManager {
     pool: BlockPool,
-    enable_prefix_caching: bool,
-    requests: HashMap<ReqId, RequestBlocks>,
+    pub(crate) enable_prefix_caching: bool,
+    pub(crate) requests: HashMap<ReqId, RequestBlocks>,
     stats: PrefixCacheStats,
+    /// Hybrid models: one recurrent-state slot per request holding a table.
+    pub(crate) states: Option<StateSlots>,
+    /// Hybrid models: recurrent-state checkpoints at block boundaries, for prefix hits.
+    pub(crate) checkpoints: Option<StateCheckpoints>,
 }
 
 impl KvCacheManager {
@@ -95,6 +109,8 @@ impl KvCacheManager {
             enable_prefix_caching,
             requests: HashMap::new(),
             stats: PrefixCacheStats::default(),
+            states: None,
+            checkpoints: None,
         })
     }
 
@@ -143,9 +159,10 @@ impl KvCacheManager {
 
     /// The longest chain of cached full blocks that prefixes `tokens`, stopping before the block
     /// holding the last token (at most `len - 1` tokens, rounded down to whole blocks), so the
-    /// last token is always computed and yields logits. Read-only: nothing is reserved until
-    /// [`Self::allocate_slots`] adopts the result, which it rejects if the blocks were evicted
-    /// in between.
+    /// last token is always computed and yields logits. With recurrent states (hybrid models)
+    /// the hit is cut back to the longest boundary that has a state checkpoint. Read-only:
+    /// nothing is reserved until [`Self::allocate_slots`] adopts the result, which it rejects
+    /// if the blocks (or the checkpoint) were evicted in between.
     pub fn get_computed_blocks(&self, tokens: &[TokenId], extra: Option<u64>) -> ComputedBlocks {
         if !self.enable_prefix_caching || tokens.is_empty() {
             return ComputedBlocks::default();
@@ -166,6 +183,9 @@ impl KvCacheManager {
             hit.hashes.push(hash);
             parent = Some(hash);
         }
+        if self.states.is_some() {
+            self.cut_to_checkpoint(&mut hit);
+        }
         hit
     }
 
@@ -174,8 +194,10 @@ impl KvCacheManager {
     /// [`Self::get_computed_blocks`]; pass `ComputedBlocks::default()` for none), and its
     /// prefix-cache query is counted then.
     ///
+    /// With recurrent states, a request without a table also takes a state slot.
+    ///
     /// Returns the newly allocated blocks, or `Ok(None)` with nothing changed when the pool has
-    /// too few free blocks. Errors (also changing nothing) on a prefix for a request that already
+    /// too few free blocks (or no free state slot). Errors (also changing nothing) on a prefix for a request that already
     /// has blocks, a stale prefix, or a prefix longer than `num_tokens`.
     pub fn allocate_slots(
         &mut self,
@@ -192,6 +214,15 @@ impl KvCacheManager {
             for (&id, &hash) in prefix.blocks.iter().zip(&prefix.hashes) {
                 if self.pool.cached_hash(id) != Some(hash) {
                     return Err(KvError::StalePrefix(id));
+                }
+            }
+            if let Some((slot, hash)) = prefix.restore {
+                if !self
+                    .checkpoints
+                    .as_ref()
+                    .is_some_and(|c| c.holds(slot, hash))
+                {
+                    return Err(KvError::StaleCheckpoint(slot));
                 }
             }
             let prefix_tokens = prefix.num_computed_tokens(block_size);
@@ -214,12 +245,24 @@ impl KvCacheManager {
         if num_new + free_hits > self.pool.num_free_blocks() {
             return Ok(None);
         }
+        let needs_state = !self.requests.contains_key(&req_id);
+        if needs_state && self.states.as_ref().is_some_and(|s| s.num_free() == 0) {
+            return Ok(None);
+        }
         self.pool.touch(&prefix.blocks)?;
         let Some(new_blocks) = self.pool.allocate(num_new) else {
             // Unreachable after the count check; undo the touch to keep "no side effects".
             self.pool.release(&prefix.blocks)?;
             return Ok(None);
         };
+        if needs_state {
+            if let Some(states) = self.states.as_mut() {
+                states.acquire(req_id);
+            }
+        }
+        if let (Some((slot, _)), Some(cp)) = (prefix.restore, self.checkpoints.as_mut()) {
+            cp.touch(slot);
+        }
         let is_new = current == 0;
         let entry = self.requests.entry(req_id).or_default();
         if is_new && prefix.num_queried_tokens > 0 {
@@ -278,8 +321,12 @@ impl KvCacheManager {
     }
 
     /// Releases all of `req_id`'s blocks, tail first, so that when they are evicted the later
-    /// blocks go before the shared prefix. Returns false for a request holding no blocks.
+    /// blocks go before the shared prefix, and its state slot. Returns false for a request
+    /// holding no blocks.
     pub fn free(&mut self, req_id: ReqId) -> bool {
+        if let Some(states) = self.states.as_mut() {
+            states.release(req_id);
+        }
         let Some(entry) = self.requests.remove(&req_id) else {
             return false;
         };
@@ -291,8 +338,12 @@ impl KvCacheManager {
         true
     }
 
-    /// Forgets all cached prefixes. Returns how many cached blocks were dropped.
+    /// Forgets all cached prefixes (and state checkpoints). Returns how many cached blocks were
+    /// dropped.
     pub fn reset_prefix_cache(&mut self) -> usize {
+        if let Some(cp) = self.checkpoints.as_mut() {
+            cp.clear();
+        }
         let dropped = self.pool.reset_prefix_cache();
         self.debug_check();
         dropped
@@ -309,6 +360,7 @@ impl KvCacheManager {
     /// are checked by the property tests across snapshots).
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         self.pool.check_invariants()?;
+        self.check_state_invariants()?;
         let mut refs = vec![0u32; self.pool.num_blocks()];
         for (req_id, entry) in &self.requests {
             for &id in &entry.table {

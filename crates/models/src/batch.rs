@@ -6,7 +6,13 @@ use oxllm_kernels::attention::AttnMetadata;
 /// belong to which sequence and where their K/V live. `slot_mapping[t]` is the cache slot token
 /// `t` writes its K/V to (-1 for padding). Logits are produced only for `logits_indices`.
 /// `state_slots[s]` is the recurrent-state slot of sequence `s` (hybrid models; empty for dense
-/// models, which ignore it).
+/// models, which ignore it and the other state fields).
+///
+/// Prefix caching of hybrids: before any layer runs, sequence `s` with `restore_slots[s] >= 0`
+/// gets that checkpoint slot's state copied into its own (all restores of a step run first, so
+/// a checkpoint may be read and overwritten in the same step). While the linear layers run,
+/// the state of the sequence owning row `checkpoint_rows[i]` just after that row is copied into
+/// slot `checkpoint_slots[i]` (in every linear layer); the chunk is not split for it.
 #[derive(Clone, Copy, Debug)]
 pub struct ForwardBatch<'a> {
     pub token_ids: &'a [u32],
@@ -15,6 +21,13 @@ pub struct ForwardBatch<'a> {
     pub attn: AttnMetadata<'a>,
     pub logits_indices: &'a [u32],
     pub state_slots: &'a [u32],
+    /// Per sequence, a checkpoint slot to restore the state from before the step, or -1
+    /// (empty: no restores).
+    pub restore_slots: &'a [i32],
+    /// Rows after which a sequence's state is checkpointed (strictly ascending) and the slots it
+    /// goes to.
+    pub checkpoint_rows: &'a [u32],
+    pub checkpoint_slots: &'a [u32],
 }
 
 impl ForwardBatch<'_> {
@@ -81,6 +94,27 @@ impl ForwardBatch<'_> {
                 "{} state slots for {num_seqs} sequences",
                 self.state_slots.len()
             ));
+        }
+        if !self.restore_slots.is_empty() && self.restore_slots.len() != self.state_slots.len() {
+            return Err(format!(
+                "{} restore slots for {} state slots",
+                self.restore_slots.len(),
+                self.state_slots.len()
+            ));
+        }
+        if self.checkpoint_rows.len() != self.checkpoint_slots.len() {
+            return Err("checkpoint rows and slots differ in length".into());
+        }
+        if !self.checkpoint_rows.is_empty() && self.state_slots.is_empty() {
+            return Err("checkpoints without state slots".into());
+        }
+        if self.checkpoint_rows.windows(2).any(|w| w[0] >= w[1])
+            || self
+                .checkpoint_rows
+                .last()
+                .is_some_and(|&r| r as usize >= n)
+        {
+            return Err("checkpoint rows must be strictly ascending rows of the batch".into());
         }
         if self.logits_indices.iter().any(|&i| i as usize >= n) {
             return Err("logits index outside the batch".into());

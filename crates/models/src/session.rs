@@ -85,6 +85,9 @@ impl<'m> Session<'m> {
             },
             logits_indices: &logits_indices,
             state_slots: &[0],
+            restore_slots: &[],
+            checkpoint_rows: &[],
+            checkpoint_slots: &[],
         };
         let logits = self.model.forward(pool, &batch, &mut self.kv)?;
         self.len += ids.len();

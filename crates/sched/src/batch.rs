@@ -4,13 +4,15 @@
 //! Guarantees for an output the scheduler produced: rows are the scheduled sequences' tokens
 //! concatenated in order; `query_start_loc` has one more entry than there are sequences;
 //! every slot lies inside the sequence's block table; block tables are padded with the null
-//! block up to a common stride; one logits row per sampling sequence, in order.
+//! block up to a common stride; one logits row per sampling sequence, in order; for hybrid
+//! models one state slot and one restore entry per sequence, and each checkpoint row inside its
+//! sequence's rows.
 
 use oxllm_core::{ReqId, TokenId};
 use oxllm_kv::NULL_BLOCK;
 
 use crate::error::SchedError;
-use crate::output::SchedulerOutput;
+use crate::output::{ScheduledSeq, SchedulerOutput};
 
 /// The flat inputs of one forward step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,6 +33,15 @@ pub struct BatchArrays {
     pub logits_indices: Vec<u32>,
     /// The request each logits row belongs to.
     pub sample_req_ids: Vec<ReqId>,
+    /// Hybrid models: the recurrent-state slot of each sequence (empty for attention-only).
+    pub state_slots: Vec<u32>,
+    /// Hybrid models: per sequence, the checkpoint slot to restore its state from before the
+    /// step, or -1.
+    pub restore_slots: Vec<i32>,
+    /// Hybrid models: after row `checkpoint_rows[i]`, copy its sequence's recurrent state into
+    /// slot `checkpoint_slots[i]`. Ascending rows.
+    pub checkpoint_rows: Vec<u32>,
+    pub checkpoint_slots: Vec<u32>,
 }
 
 impl SchedulerOutput {
@@ -58,7 +69,9 @@ impl SchedulerOutput {
                     pos: end.saturating_sub(1),
                 });
             }
+            let first_row = arrays.token_ids.len();
             arrays.token_ids.extend_from_slice(&seq.token_ids);
+            self.push_state(seq, first_row, &mut arrays)?;
             for pos in seq.start_pos..end {
                 let block = seq.block_table[pos / block_size] as usize;
                 arrays.positions.push(pos as u32);
@@ -78,6 +91,47 @@ impl SchedulerOutput {
                 arrays.sample_req_ids.push(seq.req_id);
             }
         }
+        if !arrays.state_slots.is_empty() && arrays.state_slots.len() != self.scheduled.len() {
+            return Err(SchedError::InvalidStateMetadata(
+                "some sequences of the step have a state slot and some do not".into(),
+            ));
+        }
         Ok(arrays)
+    }
+
+    /// The recurrent-state entries of one sequence whose rows start at `first_row`.
+    fn push_state(
+        &self,
+        seq: &ScheduledSeq,
+        first_row: usize,
+        arrays: &mut BatchArrays,
+    ) -> Result<(), SchedError> {
+        let Some(slot) = seq.state_slot else {
+            return if seq.restore_from.is_some() || !seq.checkpoints.is_empty() {
+                Err(SchedError::InvalidStateMetadata(format!(
+                    "request {} restores or checkpoints state without a state slot",
+                    seq.req_id
+                )))
+            } else {
+                Ok(())
+            };
+        };
+        arrays.state_slots.push(slot);
+        arrays
+            .restore_slots
+            .push(seq.restore_from.map_or(-1, |s| s as i32));
+        let end = seq.start_pos + seq.token_ids.len();
+        for c in &seq.checkpoints {
+            if c.num_tokens <= seq.start_pos || c.num_tokens > end {
+                return Err(SchedError::InvalidStateMetadata(format!(
+                    "request {}: checkpoint after {} tokens outside its step",
+                    seq.req_id, c.num_tokens
+                )));
+            }
+            let row = first_row + (c.num_tokens - seq.start_pos - 1);
+            arrays.checkpoint_rows.push(row as u32);
+            arrays.checkpoint_slots.push(c.slot);
+        }
+        Ok(())
     }
 }

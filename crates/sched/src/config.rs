@@ -17,6 +17,19 @@ pub struct SchedulerConfig {
     pub max_model_len: usize,
     /// Reuse cached blocks of shared prefixes.
     pub enable_prefix_caching: bool,
+    /// Hybrid models (sequences carry recurrent state); `None` for attention-only models.
+    pub recurrent_states: Option<RecurrentStateConfig>,
+}
+
+/// The recurrent-state pool of a hybrid model, as the scheduler counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecurrentStateConfig {
+    /// State slots for running sequences (at most this many run at once).
+    pub num_slots: usize,
+    /// Checkpoint slots for prefix hits (0 disables prefix hits on the model).
+    pub num_checkpoints: usize,
+    /// A checkpoint every this many blocks.
+    pub checkpoint_interval_blocks: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -28,6 +41,7 @@ impl Default for SchedulerConfig {
             num_blocks: 1024,
             max_model_len: 8192,
             enable_prefix_caching: true,
+            recurrent_states: None,
         }
     }
 }
@@ -44,6 +58,15 @@ impl SchedulerConfig {
             return Err(SchedError::InvalidConfig(format!(
                 "{name} must be at least 1"
             )));
+        }
+        if let Some(r) = &self.recurrent_states {
+            if r.num_slots == 0 || r.checkpoint_interval_blocks == 0 {
+                return Err(SchedError::InvalidConfig(
+                    "recurrent states need at least 1 slot and a checkpoint interval of at \
+                     least 1 block"
+                        .into(),
+                ));
+            }
         }
         if self.num_blocks < 2 {
             return Err(SchedError::InvalidConfig(format!(

@@ -47,6 +47,8 @@ pub enum SchedError {
         blocks: usize,
         pos: usize,
     },
+    #[error("invalid recurrent-state metadata: {0}")]
+    InvalidStateMetadata(String),
     #[error("KV cache: {0}")]
     Kv(#[from] KvError),
 }

@@ -5,7 +5,9 @@
 //! decode is one token, a long prompt is chunked over steps while other requests keep decoding);
 //! then waiting requests in FIFO order, skipping any prefix the KV cache already holds. When KV
 //! blocks run out, the newest running request is preempted: its blocks are freed and it is
-//! recomputed later from its prompt plus the output so far.
+//! recomputed later from its prompt plus the output so far. For hybrid models each running
+//! request also holds a recurrent-state slot (admission waits for one like for blocks), and
+//! prefix hits restore a state checkpoint taken at a block boundary.
 //!
 //! [`SchedulerOutput`] is the only thing the model runner receives; after the runner has sampled,
 //! [`Scheduler::update_from_output`] appends the tokens, caches full blocks and finishes requests.
@@ -19,7 +21,7 @@ mod scheduler;
 mod update;
 
 pub use batch::BatchArrays;
-pub use config::SchedulerConfig;
+pub use config::{RecurrentStateConfig, SchedulerConfig};
 pub use error::SchedError;
 pub use output::{RequestUpdate, ScheduledSeq, SchedulerOutput};
 pub use request::{Request, RequestStatus};

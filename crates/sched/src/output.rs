@@ -1,6 +1,7 @@
 //! What one step hands to the model runner, and what comes back to the engine per request.
 
 use oxllm_core::{BlockId, FinishReason, ReqId, TokenId};
+use oxllm_kv::PlannedCheckpoint;
 
 /// One request's share of a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +15,15 @@ pub struct ScheduledSeq {
     pub block_table: Vec<BlockId>,
     /// True when this step computes the request's last known token, so its logits are sampled.
     pub needs_sample: bool,
+    /// Hybrid models: the request's recurrent-state slot (held from its first step until it
+    /// finishes or is preempted); `None` for attention-only models.
+    pub state_slot: Option<u32>,
+    /// Hybrid models, first step after a prefix hit: the checkpoint slot whose state is copied
+    /// into `state_slot` before the step (the state after the `start_pos` cached tokens).
+    pub restore_from: Option<u32>,
+    /// Hybrid models: checkpoints to take inside this step (boundaries in
+    /// `(start_pos, start_pos + token_ids.len()]`, ascending).
+    pub checkpoints: Vec<PlannedCheckpoint>,
 }
 
 /// Everything the runner needs for one step; the only seam between scheduler and runner.

@@ -7,7 +7,10 @@
 //! - only running requests hold blocks; waiting and preempted ones hold none;
 //! - the oldest running request is never preempted while others run, and a lone request always
 //!   fits the pool (checked at submission), so with no new arrivals every request finishes;
-//! - admission is FIFO: a waiting request is never overtaken by a later one.
+//! - admission is FIFO: a waiting request is never overtaken by a later one;
+//! - hybrid models: a running request holds exactly one recurrent-state slot and a waiting one
+//!   none; a scheduled request carries its slot, and a restore only on its first step after a
+//!   prefix hit.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -40,11 +43,18 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Result<Self, SchedError> {
         config.validate()?;
-        let kv = KvCacheManager::new(
+        let mut kv = KvCacheManager::new(
             config.num_blocks,
             config.block_size,
             config.enable_prefix_caching,
         )?;
+        if let Some(r) = &config.recurrent_states {
+            kv = kv.with_recurrent_states(
+                r.num_slots,
+                r.num_checkpoints,
+                r.checkpoint_interval_blocks,
+            )?;
+        }
         Ok(Scheduler {
             config,
             kv,
@@ -168,7 +178,7 @@ impl Scheduler {
             if !scheduled {
                 break;
             }
-            self.push_scheduled(req_id, num_new, out);
+            self.push_scheduled(req_id, num_new, None, out)?;
             *budget -= num_new;
             index += 1;
         }
@@ -189,6 +199,7 @@ impl Scheduler {
                 continue;
             };
             // A waiting request holds no blocks; a preempted one recomputes prompt + output.
+            // Without a free state slot (hybrids) allocation fails like without blocks.
             let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
             let num_cached = hit.num_computed_tokens(self.config.block_size);
             let num_new = (req.num_tokens() - num_cached).min(*budget);
@@ -206,24 +217,38 @@ impl Scheduler {
                 req.status = RequestStatus::Running;
             }
             self.running.push(req_id);
-            self.push_scheduled(req_id, num_new, out);
+            self.push_scheduled(req_id, num_new, hit.restore_slot(), out)?;
             *budget -= num_new;
         }
         Ok(())
     }
 
-    fn push_scheduled(&self, req_id: ReqId, num_new: usize, out: &mut SchedulerOutput) {
+    fn push_scheduled(
+        &mut self,
+        req_id: ReqId,
+        num_new: usize,
+        restore_from: Option<u32>,
+        out: &mut SchedulerOutput,
+    ) -> Result<(), SchedError> {
         let Some(req) = self.requests.get(&req_id) else {
-            return;
+            return Ok(());
         };
         let start = req.num_computed_tokens;
+        let end = start + num_new;
+        let checkpoints = self
+            .kv
+            .plan_checkpoints(req_id, req.all_tokens(), start, end, None)?;
         out.scheduled.push(ScheduledSeq {
             req_id,
-            token_ids: req.all_tokens()[start..start + num_new].to_vec(),
+            token_ids: req.all_tokens()[start..end].to_vec(),
             start_pos: start,
             block_table: self.kv.block_table(req_id).to_vec(),
-            needs_sample: start + num_new == req.num_tokens(),
+            needs_sample: end == req.num_tokens(),
+            state_slot: self.kv.state_slot(req_id),
+            restore_from,
+            checkpoints,
         });
+        Ok(())
     }
 
     /// Frees the request's blocks and queues it first for recompute from scratch.
@@ -371,6 +396,20 @@ impl Scheduler {
         }
         if self.kv.num_requests() > self.running.len() {
             return Err("a request that is not running holds blocks".into());
+        }
+        if let Some(states) = self.kv.state_slots() {
+            if states.num_used() != self.running.len()
+                || self
+                    .running
+                    .iter()
+                    .any(|&id| self.kv.state_slot(id).is_none())
+            {
+                return Err(format!(
+                    "{} running requests but {} hold state slots",
+                    self.running.len(),
+                    states.num_used()
+                ));
+            }
         }
         Ok(())
     }

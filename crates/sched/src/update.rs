@@ -33,7 +33,16 @@ impl Scheduler {
         let samples = self.validate_samples(out, sampled)?;
         let mut updates = Vec::new();
         for seq in &out.scheduled {
-            if !self.is_live_seq(seq) {
+            // The step wrote its checkpoints; keep them only if it completed for a live request.
+            let live = self.is_live_seq(seq);
+            for c in &seq.checkpoints {
+                if live {
+                    self.kv.commit_checkpoint(c.slot);
+                } else {
+                    self.kv.discard_checkpoint(c.slot);
+                }
+            }
+            if !live {
                 continue;
             }
             let Some(req) = self.requests.get_mut(&seq.req_id) else {

@@ -332,3 +332,49 @@ fn batch_arrays_match_the_runner_layout() {
     assert_eq!(a.logits_indices, vec![0]);
     assert_eq!(a.sample_req_ids, vec![1]);
 }
+
+#[test]
+fn hybrid_prompts_sharing_one_checkpoint_interval_hit_and_restore() {
+    use common::{step_states, FakeStates};
+    use oxllm_sched::RecurrentStateConfig;
+    // 4-token blocks, a checkpoint every 2 blocks (8 tokens), 2 running slots.
+    let mut cfg = config(64, 8, 4, 64);
+    cfg.recurrent_states = Some(RecurrentStateConfig {
+        num_slots: 2,
+        num_checkpoints: 4,
+        checkpoint_interval_blocks: 2,
+    });
+    let mut sched = Scheduler::new(cfg).unwrap();
+    let mut states = FakeStates::default();
+    let shared = prompt(8, 1);
+    let mut a = shared.clone();
+    a.extend_from_slice(&prompt(5, 2));
+    let mut b = shared.clone();
+    b.extend_from_slice(&prompt(6, 3));
+    sched.add_request(req(1, a, 6)).unwrap();
+    let (out, _) = step_states(&mut sched, VOCAB, &mut states);
+    assert_eq!(out.scheduled[0].checkpoints.len(), 1);
+    assert_eq!(out.scheduled[0].checkpoints[0].num_tokens, 8);
+    assert_eq!(out.scheduled[0].restore_from, None);
+    sched.add_request(req(2, b, 6)).unwrap();
+    let (out, _) = step_states(&mut sched, VOCAB, &mut states);
+    let seq_b = out.scheduled.iter().find(|s| s.req_id == 2).unwrap();
+    assert_eq!(
+        seq_b.start_pos, 8,
+        "exactly one checkpoint interval is reused"
+    );
+    assert!(seq_b.restore_from.is_some());
+    assert_ne!(seq_b.state_slot, out.scheduled[0].state_slot);
+    assert_eq!(sched.prefix_cache_stats().num_hit_tokens, 8);
+    // Both running: a third request waits for a state slot although blocks are plentiful.
+    sched.add_request(req(3, prompt(3, 4), 2)).unwrap();
+    let (out, _) = step_states(&mut sched, VOCAB, &mut states);
+    assert!(out.scheduled.iter().all(|s| s.req_id != 3));
+    assert_eq!(sched.num_waiting(), 1);
+    let mut steps = 0;
+    while sched.has_work() {
+        step_states(&mut sched, VOCAB, &mut states);
+        steps += 1;
+        assert!(steps < 50);
+    }
+}

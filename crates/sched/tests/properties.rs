@@ -6,9 +6,9 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 
-use common::{fake_next_token, run_to_completion, step};
+use common::{fake_next_token, run_to_completion, step_states, FakeStates};
 use oxllm_core::{BlockId, FinishReason, ReqId, TokenId};
-use oxllm_sched::{Request, Scheduler, SchedulerConfig};
+use oxllm_sched::{RecurrentStateConfig, Request, Scheduler, SchedulerConfig};
 use proptest::prelude::*;
 
 const VOCAB: u32 = 16;
@@ -39,17 +39,39 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn config() -> impl Strategy<Value = SchedulerConfig> {
-    (1usize..33, 1usize..6, 1usize..5, 3usize..24, any::<bool>()).prop_map(
-        |(budget, max_seqs, block_size, num_blocks, caching)| SchedulerConfig {
-            max_num_batched_tokens: budget,
-            max_num_seqs: max_seqs,
-            block_size,
-            num_blocks,
-            max_model_len: 48,
-            enable_prefix_caching: caching,
+/// Sometimes a hybrid model: few state slots (fewer than `max_num_seqs` at times), few
+/// checkpoints (so they are evicted), short intervals (so hits and in-chunk checkpoints are
+/// frequent).
+fn states() -> impl Strategy<Value = Option<RecurrentStateConfig>> {
+    prop::option::of((1usize..5, 0usize..5, 1usize..4).prop_map(
+        |(num_slots, num_checkpoints, interval)| RecurrentStateConfig {
+            num_slots,
+            num_checkpoints,
+            checkpoint_interval_blocks: interval,
         },
+    ))
+}
+
+fn config() -> impl Strategy<Value = SchedulerConfig> {
+    (
+        1usize..33,
+        1usize..6,
+        1usize..5,
+        3usize..24,
+        any::<bool>(),
+        states(),
     )
+        .prop_map(
+            |(budget, max_seqs, block_size, num_blocks, caching, states)| SchedulerConfig {
+                max_num_batched_tokens: budget,
+                max_num_seqs: max_seqs,
+                block_size,
+                num_blocks,
+                max_model_len: 48,
+                enable_prefix_caching: caching,
+                recurrent_states: states,
+            },
+        )
 }
 
 fn make_prompt(prefix: u8, prefix_len: usize, suffix: &[TokenId]) -> Vec<TokenId> {
@@ -75,11 +97,54 @@ fn check_step(
     prop_assert!(out.scheduled.len() <= cfg.max_num_seqs);
     prop_assert!(sched.num_running() <= cfg.max_num_seqs);
     let mut seen = std::collections::HashSet::new();
+    let mut slots_in_step = std::collections::HashSet::new();
     for seq in &out.scheduled {
         prop_assert!(seen.insert(seq.req_id), "request scheduled twice in a step");
         prop_assert!(!seq.token_ids.is_empty());
         let covered = seq.block_table.len() * cfg.block_size;
         prop_assert!(covered >= seq.start_pos + seq.token_ids.len());
+        // State and checkpoint slots written by the step are distinct. A restore may read a
+        // checkpoint another sequence also restores from, or one the step overwrites (restores
+        // run first).
+        let written = seq.state_slot.into_iter();
+        for s in written.chain(seq.checkpoints.iter().map(|c| c.slot)) {
+            prop_assert!(
+                slots_in_step.insert(s),
+                "slot {} written twice in a step",
+                s
+            );
+        }
+        match &cfg.recurrent_states {
+            None => prop_assert!(seq.state_slot.is_none() && seq.checkpoints.is_empty()),
+            Some(r) => {
+                prop_assert!(seq.state_slot.is_some_and(|s| (s as usize) < r.num_slots));
+                if seq.restore_from.is_some() {
+                    let every = r.checkpoint_interval_blocks * cfg.block_size;
+                    prop_assert!(seq.start_pos > 0 && seq.start_pos % every == 0);
+                }
+            }
+        }
+    }
+    for seq in &out.scheduled {
+        if let Some(src) = seq.restore_from {
+            let running = out.scheduled.iter().filter_map(|s| s.state_slot);
+            prop_assert!(
+                running.into_iter().all(|s| s != src),
+                "restore from a running slot"
+            );
+        }
+    }
+    if let (Some(r), Some(slots)) = (&cfg.recurrent_states, sched.kv().state_slots()) {
+        // free + used = total; each running request holds one slot; no slot shared.
+        prop_assert_eq!(slots.num_free() + slots.num_used(), r.num_slots);
+        prop_assert_eq!(slots.num_used(), sched.num_running());
+        let held: std::collections::HashSet<u32> = sched
+            .running_ids()
+            .iter()
+            .filter_map(|&id| sched.kv().state_slot(id))
+            .collect();
+        prop_assert_eq!(held.len(), sched.num_running());
+        prop_assert!(sched.num_running() <= r.num_slots);
     }
     for id in &out.preempted {
         tables.remove(id);
@@ -111,6 +176,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
     ) {
         let mut sched = Scheduler::new(cfg.clone()).unwrap();
+        let mut states = FakeStates::default();
         let mut tables = HashMap::new();
         let mut next_id: ReqId = 0;
         let mut live: Vec<ReqId> = Vec::new();
@@ -126,7 +192,7 @@ proptest! {
                     }
                 }
                 Op::Step => {
-                    let (out, updates) = step(&mut sched, VOCAB);
+                    let (out, updates) = step_states(&mut sched, VOCAB, &mut states);
                     check_step(&sched, &out, &mut tables)?;
                     for u in updates {
                         prop_assert_eq!(u.new_token_ids.len(), 1);
@@ -152,11 +218,17 @@ proptest! {
         let mut steps = 0;
         while sched.has_work() {
             prop_assert!(steps < 5000, "requests starve");
-            let (out, _) = step(&mut sched, VOCAB);
+            let (out, _) = step_states(&mut sched, VOCAB, &mut states);
             check_step(&sched, &out, &mut tables)?;
             steps += 1;
         }
         prop_assert_eq!(sched.num_free_blocks(), cfg.num_blocks - 1);
+        if let Some(r) = &cfg.recurrent_states {
+            prop_assert_eq!(sched.kv().state_slots().map(|s| s.num_free()), Some(r.num_slots));
+            let cp = sched.kv().checkpoint_stats().unwrap_or_default();
+            prop_assert_eq!(cp.pending, 0, "a planned checkpoint was never committed");
+            prop_assert!(cp.committed <= r.num_checkpoints);
+        }
     }
 
     #[test]
@@ -170,6 +242,7 @@ proptest! {
             max_num_seqs: 64,
             num_blocks: 1024,
             enable_prefix_caching: false,
+            recurrent_states: None,
             ..cfg.clone()
         };
         let run = |cfg: SchedulerConfig| {

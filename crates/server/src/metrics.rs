@@ -237,6 +237,28 @@ impl Metrics {
             "Prefix-cache hits over queries since start.",
             rate,
         );
+        if stats.num_state_slots_total > 0 {
+            gauge(
+                &mut out,
+                "oxllm_state_slots_in_use",
+                "Recurrent-state slots held by running sequences (hybrid models).",
+                stats
+                    .num_state_slots_total
+                    .saturating_sub(stats.num_state_slots_free) as f64,
+            );
+            gauge(
+                &mut out,
+                "oxllm_state_slots_total",
+                "Recurrent-state slots: the most sequences that run at once (hybrid models).",
+                stats.num_state_slots_total as f64,
+            );
+            gauge(
+                &mut out,
+                "oxllm_state_checkpoints",
+                "Recurrent-state checkpoints held for prefix hits (hybrid models).",
+                stats.num_state_checkpoints as f64,
+            );
+        }
         counter(
             &mut out,
             "oxllm_num_preemptions_total",
@@ -302,15 +324,23 @@ mod tests {
             vocab_size: 10,
             kv_bytes: 0,
             plans: Default::default(),
+            states: None,
         };
         let stats = EngineStats {
             plan_steps: 7,
             eager_steps: 2,
+            num_state_slots_total: 4,
+            num_state_slots_free: 1,
+            num_state_checkpoints: 5,
             ..EngineStats::default()
         };
         let text = m.render(&stats, &info, 0);
         assert!(text.contains("oxllm_plan_replay_steps_total 7"));
         assert!(text.contains("oxllm_eager_steps_total 2"));
+        assert!(text.contains("oxllm_state_slots_in_use 3"), "{text}");
+        assert!(text.contains("oxllm_state_checkpoints 5"));
+        let dense = m.render(&EngineStats::default(), &info, 0);
+        assert!(!dense.contains("oxllm_state_slots"));
         assert!(
             text.contains("oxllm_http_requests_total{endpoint=\"completions\",status=\"400\"} 1")
         );

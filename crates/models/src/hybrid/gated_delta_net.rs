@@ -14,6 +14,7 @@ use oxllm_kernels::pool::ThreadPool;
 
 use super::config::LinearAttnConfig;
 use super::delta_rule;
+use super::state_io::checkpoints_in;
 use crate::llama::SharedActs;
 use crate::{ForwardBatch, ModelError, RecurrentStatePool};
 
@@ -124,6 +125,14 @@ impl GatedDeltaNet {
                 }
             }
             conv_state.copy_from_slice(&buf[len * cd..]);
+            // Checkpoints inside the chunk: (conv state, recurrent state) after `m` tokens.
+            let cps = checkpoints_in(batch, t0, t1);
+            let mut snaps: Vec<(Vec<f32>, Vec<f32>)> = cps
+                .iter()
+                .map(|&(m, _)| (buf[m * cd..(m + hist) * cd].to_vec(), vec![0f32; rec.len()]))
+                .collect();
+            let mut cuts: Vec<usize> = cps.iter().map(|&(m, _)| m).collect();
+            cuts.push(len);
             for t in 0..len {
                 let row = &mut mixed[t * cd..(t + 1) * cd];
                 let (q, rest) = row.split_at_mut(kw);
@@ -151,19 +160,36 @@ impl GatedDeltaNet {
                     hb[t] = 1.0 / (1.0 + (-bat[h]).exp());
                     hg[t] = self.neg_a[h] * softplus(bat[nv + h] + self.dt_bias[h]);
                 }
-                let st = &mut rec[h * c.k_dim * c.v_dim..(h + 1) * c.k_dim * c.v_dim];
-                match rule {
-                    DeltaRule::Chunked(size) if len > 1 => delta_rule::chunked(
-                        &hq, &hk, &hv, &hg, &hb, c.k_dim, c.v_dim, st, &mut ho, size,
-                    ),
-                    _ => delta_rule::recurrent(
-                        &hq, &hk, &hv, &hg, &hb, c.k_dim, c.v_dim, st, &mut ho,
-                    ),
+                let head = h * c.k_dim * c.v_dim..(h + 1) * c.k_dim * c.v_dim;
+                let st = &mut rec[head.clone()];
+                // Segments end at the checkpoints; the recurrent form gives the same bits
+                // however the rows are segmented.
+                let (kd, vd) = (c.k_dim, c.v_dim);
+                let mut a = 0;
+                for (i, &b) in cuts.iter().enumerate() {
+                    let (q, k) = (&hq[a * kd..b * kd], &hk[a * kd..b * kd]);
+                    let (v, o) = (&hv[a * vd..b * vd], &mut ho[a * vd..b * vd]);
+                    let (g, beta) = (&hg[a..b], &hb[a..b]);
+                    match rule {
+                        DeltaRule::Chunked(size) if b - a > 1 => {
+                            delta_rule::chunked(q, k, v, g, beta, kd, vd, st, o, size)
+                        }
+                        _ => delta_rule::recurrent(q, k, v, g, beta, kd, vd, st, o),
+                    }
+                    if let Some(snap) = snaps.get_mut(i) {
+                        snap.1[head.clone()].copy_from_slice(st);
+                    }
+                    a = b;
                 }
                 for t in 0..len {
                     let dst = &mut core[(t0 + t) * vw + h * c.v_dim..][..c.v_dim];
                     dst.copy_from_slice(&ho[t * c.v_dim..(t + 1) * c.v_dim]);
                 }
+            }
+            for (&(_, ck), (conv, recur)) in cps.iter().zip(&snaps) {
+                let (c_dst, r_dst) = states.get_mut(layer, ck);
+                c_dst.copy_from_slice(conv);
+                r_dst.copy_from_slice(recur);
             }
             // Gated RMSNorm per value head: rmsnorm(o) * w * silu(z).
             for t in t0..t1 {

@@ -9,6 +9,7 @@ mod gated_delta_net;
 mod load;
 mod model;
 mod moe;
+mod state_io;
 
 pub use config::{hybrid_arch, HybridConfig, LayerKind, LinearAttnConfig, MoeConfig};
 pub use gated_attention::GatedAttention;

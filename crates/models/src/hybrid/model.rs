@@ -13,6 +13,7 @@ use super::config::HybridConfig;
 use super::gated_attention::GatedAttention;
 use super::gated_delta_net::{DeltaRule, GatedDeltaNet};
 use super::moe::{DenseMlp, MoeMlp};
+use super::state_io;
 use crate::llama::{embed_tokens, output_logits, rms_rows};
 use crate::{ForwardBatch, KvCache, ModelError, RecurrentStatePool};
 
@@ -139,6 +140,10 @@ impl HybridModel {
                 c.kv_layers,
                 c.kv_width()
             )));
+        }
+        if let Some(states) = kv.states_mut() {
+            state_io::validate_slots(batch, states.num_slots())?;
+            state_io::apply_restores(batch, states);
         }
         let n = batch.token_ids.len();
         let h = c.hidden;

@@ -2,22 +2,94 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+
 use oxllm_core::{ReqId, TokenId};
 use oxllm_sched::{Request, RequestUpdate, Scheduler, SchedulerConfig, SchedulerOutput};
+
+const FNV_BASIS: u64 = 1469598103934665603;
+
+fn absorb(h: u64, t: TokenId) -> u64 {
+    (h ^ u64::from(t)).wrapping_mul(1099511628211)
+}
 
 /// A "model" whose next token depends only on the request's tokens so far, so a request's output
 /// is the same whatever else runs, however it is chunked or recomputed.
 pub fn fake_next_token(tokens: &[TokenId], vocab: u32) -> TokenId {
-    let mut h: u64 = 1469598103934665603;
-    for &t in tokens {
-        h = (h ^ u64::from(t)).wrapping_mul(1099511628211);
+    (fnv(tokens) % u64::from(vocab)) as TokenId
+}
+
+fn fnv(tokens: &[TokenId]) -> u64 {
+    tokens.iter().fold(FNV_BASIS, |h, &t| absorb(h, t))
+}
+
+/// A fake recurrent-state pool: each slot holds a running hash of the tokens its sequence has
+/// absorbed, handled exactly as the model handles real states (restores before the step, reset
+/// at position 0, checkpoints copied after their row). A missing reset, a wrong restore, a slot
+/// shared by two sequences or a misplaced checkpoint makes a state differ from the hash of the
+/// sequence's tokens.
+#[derive(Default)]
+pub struct FakeStates {
+    slots: HashMap<u32, u64>,
+}
+
+impl FakeStates {
+    /// Runs the step's state updates; returns each stateful sequence's state after the step.
+    pub fn apply(&mut self, out: &SchedulerOutput) -> HashMap<ReqId, u64> {
+        for seq in &out.scheduled {
+            if let (Some(src), Some(dst)) = (seq.restore_from, seq.state_slot) {
+                let v = *self
+                    .slots
+                    .get(&src)
+                    .expect("restore from an unwritten checkpoint");
+                self.slots.insert(dst, v);
+            }
+        }
+        let mut after = HashMap::new();
+        for seq in &out.scheduled {
+            let Some(slot) = seq.state_slot else {
+                assert!(seq.restore_from.is_none() && seq.checkpoints.is_empty());
+                continue;
+            };
+            let mut h = if seq.start_pos == 0 {
+                FNV_BASIS
+            } else {
+                *self
+                    .slots
+                    .get(&slot)
+                    .expect("continuing from an unwritten slot")
+            };
+            for (i, &t) in seq.token_ids.iter().enumerate() {
+                h = absorb(h, t);
+                for c in &seq.checkpoints {
+                    if c.num_tokens == seq.start_pos + i + 1 {
+                        assert_ne!(c.slot, slot, "checkpoint into the running slot");
+                        self.slots.insert(c.slot, h);
+                    }
+                }
+            }
+            self.slots.insert(slot, h);
+            after.insert(seq.req_id, h);
+        }
+        after
     }
-    (h % u64::from(vocab)) as TokenId
 }
 
 /// One schedule + fake forward + update. Asserts the step-level invariants.
 pub fn step(sched: &mut Scheduler, vocab: u32) -> (SchedulerOutput, Vec<RequestUpdate>) {
+    assert!(!sched.kv().has_recurrent_states(), "use step_states");
+    step_states(sched, vocab, &mut FakeStates::default())
+}
+
+/// [`step`] for schedulers of hybrid models: `states` carries the fake recurrent states across
+/// steps, and every stateful sequence's state must equal the hash of its tokens so far.
+pub fn step_states(
+    sched: &mut Scheduler,
+    vocab: u32,
+    states: &mut FakeStates,
+) -> (SchedulerOutput, Vec<RequestUpdate>) {
     let out = sched.schedule().expect("no step in flight");
+    let after = states.apply(&out);
     let arrays = out
         .to_batch_arrays(sched.config().block_size)
         .expect("scheduler output flattens");
@@ -39,6 +111,14 @@ pub fn step(sched: &mut Scheduler, vocab: u32) -> (SchedulerOutput, Vec<RequestU
             "needs_sample of {}",
             seq.req_id
         );
+        if let Some(&h) = after.get(&seq.req_id) {
+            assert_eq!(
+                h,
+                fnv(&req.all_tokens()[..end]),
+                "recurrent state of {} after {end} tokens",
+                seq.req_id
+            );
+        }
         if seq.needs_sample {
             sampled.push((seq.req_id, fake_next_token(&req.all_tokens()[..end], vocab)));
         }
@@ -66,6 +146,7 @@ pub fn config(
         num_blocks,
         max_model_len: 1024,
         enable_prefix_caching: true,
+        recurrent_states: None,
     }
 }
 
@@ -87,11 +168,12 @@ pub fn run_to_completion(
 ) -> std::collections::BTreeMap<ReqId, (Vec<TokenId>, oxllm_core::FinishReason)> {
     let mut outputs: std::collections::BTreeMap<ReqId, Vec<TokenId>> = Default::default();
     let mut done = std::collections::BTreeMap::new();
+    let mut states = FakeStates::default();
     for _ in 0..max_steps {
         if !sched.has_work() {
             break;
         }
-        let (_, updates) = step(sched, vocab);
+        let (_, updates) = step_states(sched, vocab, &mut states);
         for u in updates {
             outputs
                 .entry(u.req_id)
