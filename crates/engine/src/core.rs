@@ -277,6 +277,9 @@ impl<'t> EngineCore<'t> {
             }
         };
         self.steps += 1;
+        // Publish before the events go out, so a client that has seen a token never reads
+        // stats older than the step that produced it.
+        self.publish_stats();
         for upd in updates {
             self.generated_tokens += upd.new_token_ids.len() as u64;
             self.deliver(
