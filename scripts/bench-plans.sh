@@ -18,7 +18,7 @@ rm -f "$OUT"
 for r in $(seq "$PAIRS"); do
   for plan in eager captured; do
     "$OXLLM_BIN" bench generate --model "$MODEL" --plan "$plan" --prompt-lens 128 \
-      --batch-sizes 1,8,32 --output-len 64 --decode-prompt-len 32 --repeats 1 \
+      --batch-sizes 1,8,32 --output-len "${OUTPUT_LEN:-128}" --decode-prompt-len 32 --repeats 1 \
       --threads "$THREADS" --seed "$r" --out "$OUT" >/dev/null 2>&1
     echo "pair $r: $plan done"
   done
@@ -32,8 +32,8 @@ def med(phase, key, val, plan):
     return statistics.median(xs), len(xs)
 print(f"{'measurement':<22} {'eager':>10} {'captured':>10} {'captured/eager':>15}")
 e, n = med("prefill", "prompt_len", 128, "eager"); c, _ = med("prefill", "prompt_len", 128, "captured")
-print(f"{'TTFT 128 tokens (ms)':<22} {e*1e3:>10.1} {c*1e3:>10.1} {e/c:>14.3}x  (speed-up, n={n})")
+print(f"{'TTFT 128 tokens (ms)':<22} {e*1e3:>10.1f} {c*1e3:>10.1f} {e/c:>14.3f}x  (speed-up, n={n})")
 for b in (1, 8, 32):
     e, n = med("decode", "batch_size", b, "eager"); c, _ = med("decode", "batch_size", b, "captured")
-    print(f"{'decode b=' + str(b) + ' (tok/s)':<22} {e:>10.1} {c:>10.1} {c/e:>14.3}x  (n={n})")
+    print(f"{'decode b=' + str(b) + ' (tok/s)':<22} {e:>10.1f} {c:>10.1f} {c/e:>14.3f}x  (n={n})")
 PY

@@ -166,6 +166,28 @@ impl QuantizedActs {
     pub fn capacity(&self) -> usize {
         self.data.capacity()
     }
+
+    /// Resizes to `rows` zeroed rows of `cols` values in `dtype` (reusing the capacity) and
+    /// returns the bytes per row. Checks the activation shape first.
+    fn reset(
+        &mut self,
+        x_len: usize,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+    ) -> Result<usize, QuantError> {
+        assert_eq!(x_len, rows * cols, "activation shape");
+        let row_bytes = dtype
+            .row_bytes(cols)
+            .map_err(|_| QuantError::Unsupported(dtype))?;
+        self.data.clear();
+        self.data.resize(rows * row_bytes, 0);
+        self.dtype = dtype;
+        self.rows = rows;
+        self.cols = cols;
+        self.row_bytes = row_bytes;
+        Ok(row_bytes)
+    }
 }
 
 /// [`quantize_acts`] into an existing buffer: it allocates only when `out` is too small, so a
@@ -178,16 +200,7 @@ pub fn quantize_acts_into(
     dtype: DType,
     out: &mut QuantizedActs,
 ) -> Result<(), QuantError> {
-    assert_eq!(x.len(), rows * cols, "activation shape");
-    let row_bytes = dtype
-        .row_bytes(cols)
-        .map_err(|_| QuantError::Unsupported(dtype))?;
-    out.data.clear();
-    out.data.resize(rows * row_bytes, 0);
-    out.dtype = dtype;
-    out.rows = rows;
-    out.cols = cols;
-    out.row_bytes = row_bytes;
+    let row_bytes = out.reset(x.len(), rows, cols, dtype)?;
     let data = &mut out.data;
     if rows == 1 {
         quant::quantize_row(dtype, x, data)?;

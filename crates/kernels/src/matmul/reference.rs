@@ -42,16 +42,7 @@ pub fn quantize_acts_reference(
     dtype: DType,
     out: &mut QuantizedActs,
 ) -> Result<(), QuantError> {
-    assert_eq!(x.len(), rows * cols, "activation shape");
-    let row_bytes = dtype
-        .row_bytes(cols)
-        .map_err(|_| QuantError::Unsupported(dtype))?;
-    out.data.clear();
-    out.data.resize(rows * row_bytes, 0);
-    out.dtype = dtype;
-    out.rows = rows;
-    out.cols = cols;
-    out.row_bytes = row_bytes;
+    let row_bytes = out.reset(x.len(), rows, cols, dtype)?;
     for (src, dst) in x
         .chunks_exact(cols.max(1))
         .zip(out.data.chunks_exact_mut(row_bytes.max(1)))
