@@ -101,18 +101,9 @@ pub struct Memory {
 macro_rules! typed_access {
     ($get:ident, $get_mut:ident, $variant:ident, $t:ty) => {
         pub fn $get(&self, op: &'static str, b: BufRef) -> Result<Ref<'_, [$t]>, RuntimeError> {
-            let cell = self.cell(op, b, BufKind::$variant)?;
-            let r = cell
-                .try_borrow()
-                .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-            Ref::filter_map(r, |buf| match buf {
+            self.borrow_as(op, b, BufKind::$variant, |buf| match buf {
                 Buffer::$variant(v) if v.len() >= b.len => Some(&v[..b.len]),
                 _ => None,
-            })
-            .map_err(|_| RuntimeError::BadBuffer {
-                op,
-                slot: b.slot,
-                kind: BufKind::$variant,
             })
         }
 
@@ -121,18 +112,9 @@ macro_rules! typed_access {
             op: &'static str,
             b: BufRef,
         ) -> Result<RefMut<'_, [$t]>, RuntimeError> {
-            let cell = self.cell(op, b, BufKind::$variant)?;
-            let r = cell
-                .try_borrow_mut()
-                .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-            RefMut::filter_map(r, |buf| match buf {
+            self.borrow_mut_as(op, b, BufKind::$variant, |buf| match buf {
                 Buffer::$variant(v) if v.len() >= b.len => Some(&mut v[..b.len]),
                 _ => None,
-            })
-            .map_err(|_| RuntimeError::BadBuffer {
-                op,
-                slot: b.slot,
-                kind: BufKind::$variant,
             })
         }
     };
@@ -159,23 +141,52 @@ impl Memory {
     typed_access!(u32, u32_mut, U32, u32);
     typed_access!(i32, i32_mut, I32, i32);
 
+    /// A shared borrow of buffer `b` seen through `pick`; errors name `op`.
+    fn borrow_as<T: ?Sized>(
+        &self,
+        op: &'static str,
+        b: BufRef,
+        kind: BufKind,
+        pick: impl FnOnce(&Buffer) -> Option<&T>,
+    ) -> Result<Ref<'_, T>, RuntimeError> {
+        let cell = self.cell(op, b, kind)?;
+        let r = cell
+            .try_borrow()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        Ref::filter_map(r, pick).map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind,
+        })
+    }
+
+    /// An exclusive borrow of buffer `b` seen through `pick`; errors name `op`.
+    fn borrow_mut_as<T: ?Sized>(
+        &self,
+        op: &'static str,
+        b: BufRef,
+        kind: BufKind,
+        pick: impl FnOnce(&mut Buffer) -> Option<&mut T>,
+    ) -> Result<RefMut<'_, T>, RuntimeError> {
+        let cell = self.cell(op, b, kind)?;
+        let r = cell
+            .try_borrow_mut()
+            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
+        RefMut::filter_map(r, pick).map_err(|_| RuntimeError::BadBuffer {
+            op,
+            slot: b.slot,
+            kind,
+        })
+    }
+
     pub fn qacts(
         &self,
         op: &'static str,
         b: BufRef,
     ) -> Result<Ref<'_, QuantizedActs>, RuntimeError> {
-        let cell = self.cell(op, b, BufKind::QActs)?;
-        let r = cell
-            .try_borrow()
-            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-        Ref::filter_map(r, |buf| match buf {
+        self.borrow_as(op, b, BufKind::QActs, |buf| match buf {
             Buffer::QActs(q) => Some(q),
             _ => None,
-        })
-        .map_err(|_| RuntimeError::BadBuffer {
-            op,
-            slot: b.slot,
-            kind: BufKind::QActs,
         })
     }
 
@@ -184,35 +195,17 @@ impl Memory {
         op: &'static str,
         b: BufRef,
     ) -> Result<RefMut<'_, QuantizedActs>, RuntimeError> {
-        let cell = self.cell(op, b, BufKind::QActs)?;
-        let r = cell
-            .try_borrow_mut()
-            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-        RefMut::filter_map(r, |buf| match buf {
+        self.borrow_mut_as(op, b, BufKind::QActs, |buf| match buf {
             Buffer::QActs(q) => Some(q),
             _ => None,
-        })
-        .map_err(|_| RuntimeError::BadBuffer {
-            op,
-            slot: b.slot,
-            kind: BufKind::QActs,
         })
     }
 
     /// The typed host value of a `Host` buffer.
     pub fn host<T: Any>(&self, op: &'static str, b: BufRef) -> Result<Ref<'_, T>, RuntimeError> {
-        let cell = self.cell(op, b, BufKind::Host)?;
-        let r = cell
-            .try_borrow()
-            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-        Ref::filter_map(r, |buf| match buf {
+        self.borrow_as(op, b, BufKind::Host, |buf| match buf {
             Buffer::Host(v) => v.downcast_ref::<T>(),
             _ => None,
-        })
-        .map_err(|_| RuntimeError::BadBuffer {
-            op,
-            slot: b.slot,
-            kind: BufKind::Host,
         })
     }
 
@@ -221,18 +214,9 @@ impl Memory {
         op: &'static str,
         b: BufRef,
     ) -> Result<RefMut<'_, T>, RuntimeError> {
-        let cell = self.cell(op, b, BufKind::Host)?;
-        let r = cell
-            .try_borrow_mut()
-            .map_err(|_| RuntimeError::Aliased { op, slot: b.slot })?;
-        RefMut::filter_map(r, |buf| match buf {
+        self.borrow_mut_as(op, b, BufKind::Host, |buf| match buf {
             Buffer::Host(v) => v.downcast_mut::<T>(),
             _ => None,
-        })
-        .map_err(|_| RuntimeError::BadBuffer {
-            op,
-            slot: b.slot,
-            kind: BufKind::Host,
         })
     }
 }
