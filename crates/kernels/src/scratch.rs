@@ -11,6 +11,7 @@ use std::ops::{Deref, DerefMut};
 thread_local! {
     static SPARE_F32: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
     static SPARE_USIZE: RefCell<Vec<Vec<usize>>> = const { RefCell::new(Vec::new()) };
+    static SPARE_I32: RefCell<Vec<Vec<i32>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Element types with a per-thread spare stack.
@@ -30,6 +31,15 @@ impl ScratchElem for f32 {
 impl ScratchElem for usize {
     fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<usize>>) -> R) -> Option<R> {
         SPARE_USIZE
+            .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+            .ok()
+            .flatten()
+    }
+}
+
+impl ScratchElem for i32 {
+    fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<i32>>) -> R) -> Option<R> {
+        SPARE_I32
             .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
             .ok()
             .flatten()

@@ -204,15 +204,64 @@ impl Sampler {
 
 /// Index of the largest logit, the first one among ties; `None` if none is above `-inf`.
 fn argmax(logits: &[f32]) -> Option<u32> {
-    let mut best: Option<(u32, f32)> = None;
-    for (i, &x) in logits.iter().enumerate() {
-        let v = clean(x);
-        if v == f32::NEG_INFINITY {
-            continue;
-        }
-        if !matches!(best, Some((_, b)) if v <= b) {
-            best = Some((i as u32, v));
+    // Two passes that vectorise (a running maximum per lane, then the first index holding
+    // it) instead of one branchy scan: the first index of the largest cleaned value, as
+    // `argmax_scalar`, several times faster over a 50k-entry vocabulary.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (m, &x) in lanes.iter_mut().zip(chunk) {
+            let v = clean(x);
+            *m = if v > *m { v } else { *m };
         }
     }
-    best.map(|b| b.0)
+    let best =
+        lanes.iter().chain(tail).fold(
+            f32::NEG_INFINITY,
+            |m, &x| if clean(x) > m { clean(x) } else { m },
+        );
+    if best == f32::NEG_INFINITY {
+        return None;
+    }
+    logits
+        .iter()
+        .position(|&x| clean(x) == best)
+        .map(|i| i as u32)
+}
+
+#[cfg(test)]
+mod argmax_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The plain scan the vectorised [`argmax`] must agree with.
+    fn argmax_scalar(logits: &[f32]) -> Option<u32> {
+        let mut best: Option<(u32, f32)> = None;
+        for (i, &x) in logits.iter().enumerate() {
+            let v = clean(x);
+            if v != f32::NEG_INFINITY && !matches!(best, Some((_, b)) if v <= b) {
+                best = Some((i as u32, v));
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    fn logit() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            8 => (-4i32..4).prop_map(|v| v as f32 * 0.5),
+            1 => Just(f32::NAN),
+            1 => Just(f32::INFINITY),
+            1 => Just(f32::NEG_INFINITY),
+            1 => Just(f32::MAX),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn vectorised_argmax_matches_the_scan(xs in prop::collection::vec(logit(), 0..70)) {
+            prop_assert_eq!(argmax(&xs), argmax_scalar(&xs));
+        }
+    }
 }

@@ -34,10 +34,19 @@ pub(crate) trait Format {
     /// `idot` uses AVX512-VNNI+VL (the same `vpdpbusd` on ymm, EVEX-encoded): run through
     /// `tile_avx512::row_chunk_vnni512`, only where the CPU has `avx512vnni` and `avx512vl`.
     const VNNI512: bool = false;
+    /// The zmm pair kernel (`tile_avx512::row_pair_chunk_vnni512`) takes the weight quants as
+    /// unsigned bytes `w + BIAS` and subtracts `BIAS * a` per lane from its accumulator start,
+    /// which keeps every i32 lane equal to [`Format::idot`]'s.
+    const BIAS: i32 = 0;
     /// (d, m) of a weight block as f32 (m = 0 without a min).
     unsafe fn w_scales(p: *const u8) -> (f32, f32);
     /// The weight block's quants, ready for [`Format::idot`].
     unsafe fn w_prep(p: *const u8) -> __m256i;
+    /// The weight block's quants as unsigned bytes `w + BIAS` (only the zmm pair kernel calls
+    /// it).
+    unsafe fn w_prep_unsigned(p: *const u8) -> __m256i {
+        Self::w_prep(p)
+    }
     /// Exact integer dot of a prepared weight block and 32 activation quants, as 8 i32 lanes.
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i;
 }
@@ -51,7 +60,7 @@ unsafe fn f16_at(p: *const u8) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
     let lo = _mm_loadu_si128(p.cast());
     let hi = _mm_srli_epi16::<4>(lo);
     _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
