@@ -47,6 +47,7 @@ pub struct GenerateBench {
     pub max_num_batched_tokens: usize,
     pub seed: u64,
     pub plan: PlanMode,
+    pub kv_cache_dtype: oxllm_engine::KvCacheDtype,
     /// Tokens shared by the prompts of the prefix-hit runs (0: no such runs, prefix caching
     /// off).
     pub prefix_share: usize,
@@ -170,6 +171,7 @@ pub fn run_generate(
         enable_prefix_caching: b.prefix_share > 0,
         threads: b.threads,
         plan: b.plan,
+        kv_cache_dtype: b.kv_cache_dtype,
         ..EngineConfig::default()
     };
     let engine =

@@ -19,6 +19,7 @@ pub fn profile_decode_replay(
     context: usize,
     threads: usize,
     replays: usize,
+    kv_f16: bool,
 ) -> Result<(OpProfile, Duration), BenchError> {
     let err = |e: &dyn std::fmt::Display| BenchError::Engine(e.to_string());
     let (_, model) = load_model(model_path).map_err(|e| err(&e))?;
@@ -31,8 +32,10 @@ pub fn profile_decode_replay(
     let num_blocks = 1 + batch * blocks_per_seq;
     let mut b = CpuBackend::new(threads);
     let c = &model.config;
-    let kv = KvBuffers::alloc(
+    let kv_kind = if kv_f16 { BufKind::F16 } else { BufKind::F32 };
+    let kv = KvBuffers::alloc_of(
         &mut b,
+        kv_kind,
         model.layers.len(),
         num_blocks,
         block_size,
@@ -118,6 +121,19 @@ pub fn profile_decode_replay(
             .enumerate()
         {
             *l = i as u32;
+        }
+        // Real values in the cache: untouched zeroed memory maps one shared zero page, which
+        // would make reading an f32 cache look free.
+        for &(k, v) in &kv.layers {
+            for buf in [k, v] {
+                match buf.kind() {
+                    BufKind::F16 => mem
+                        .f16_mut(OP, buf)
+                        .map_err(e)?
+                        .fill(half::f16::from_f32(0.01)),
+                    _ => mem.f32_mut(OP, buf).map_err(e)?.fill(0.01),
+                }
+            }
         }
         let mut r = mem.host_mut::<SampleRows>(OP, rows).map_err(e)?;
         for row in r.rows.iter_mut() {

@@ -49,6 +49,9 @@ struct PlanProfileArgs {
     threads: usize,
     #[arg(long, default_value_t = 50)]
     replays: usize,
+    /// K/V cache values: `f16` or `f32` (`auto` is f16, the engine's choice for quantized models).
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: oxllm_engine::KvCacheDtype,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -190,6 +193,10 @@ struct GenerateArgs {
     /// `captured` (replay plans captured at start-up) or `eager`.
     #[arg(long, default_value = "captured")]
     plan: oxllm_engine::PlanMode,
+    /// K/V cache values: `f16` (half the memory and attention reads), `f32`, or `auto` (f32
+    /// for f32 models, f16 otherwise).
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: oxllm_engine::KvCacheDtype,
     /// Also time a prompt sharing its first N tokens with the one before it (prefix hit vs
     /// cold, for each --prompt-lens above N); turns prefix caching on.
     #[arg(long, default_value_t = 0)]
@@ -421,6 +428,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         max_num_batched_tokens: a.max_num_batched_tokens,
         seed: a.seed,
         plan: a.plan,
+        kv_cache_dtype: a.kv_cache_dtype,
         prefix_share: a.prefix_share,
     };
     let (commit, machine, date) = (git_commit(), Machine::detect(), utc_now());
@@ -464,14 +472,20 @@ fn plan_profile(a: PlanProfileArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(crate::generate::default_model_path);
     let (profile, wall) = oxllm_bench::plan_profile::profile_decode_replay(
-        &path, a.batch, a.context, a.threads, a.replays,
-    )?;
-    let timed = profile.total();
-    println!(
-        "decode replay, batch {} at context {}, {} threads: {:.3} ms per replay ({} replays)",
+        &path,
         a.batch,
         a.context,
         a.threads,
+        a.replays,
+        a.kv_cache_dtype != oxllm_engine::KvCacheDtype::F32,
+    )?;
+    let timed = profile.total();
+    println!(
+        "decode replay, batch {} at context {}, {} threads, {} K/V: {:.3} ms per replay ({} replays)",
+        a.batch,
+        a.context,
+        a.threads,
+        if a.kv_cache_dtype == oxllm_engine::KvCacheDtype::F32 { "f32" } else { "f16" },
         wall.as_secs_f64() * 1e3,
         a.replays
     );

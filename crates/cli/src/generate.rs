@@ -71,6 +71,10 @@ pub struct GenerateArgs {
     /// every step's ops as they come (the reference path).
     #[arg(long, default_value = "captured")]
     plan: PlanMode,
+    /// K/V cache values: `f16` (half the memory and attention reads), `f32`, or `auto` (f32
+    /// for f32 models, f16 otherwise).
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: oxllm_engine::KvCacheDtype,
     /// `cpu` (fast kernels) or `reference` (scalar, one thread, no capture; for cross-checks).
     #[arg(long, default_value = "cpu")]
     backend: BackendKind,
@@ -126,6 +130,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             threads,
             plan: args.plan,
             backend: args.backend,
+            kv_cache_dtype: args.kv_cache_dtype,
             ..EngineConfig::default()
         };
         let config = args.states.apply(config);
@@ -133,11 +138,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let info = engine.handle().info().clone();
         print_plans(&info);
         eprintln!(
-            "KV cache: {} blocks of {} tokens ({} tokens, {:.1} MiB); max model len {}",
+            "KV cache: {} blocks of {} tokens ({} tokens, {:.1} MiB, {}); max model len {}",
             info.num_blocks,
             info.block_size,
             info.num_blocks.saturating_sub(1) * info.block_size,
             info.kv_bytes as f64 / (1 << 20) as f64,
+            info.kv_dtype.name(),
             info.max_model_len
         );
         print_state_summary(&info);
@@ -189,6 +195,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         threads,
         plan: args.plan,
         backend: args.backend,
+        kv_cache_dtype: args.kv_cache_dtype,
         ..EngineConfig::default()
     };
     let engine = Engine::start(model, tokenizer.clone(), config)?;

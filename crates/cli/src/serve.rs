@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// step's ops as they come.
     #[arg(long, default_value = "captured")]
     plan: PlanMode,
+    /// K/V cache values: `f16` (half the memory and attention reads), `f32`, or `auto` (f32
+    /// for f32 models, f16 otherwise).
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: oxllm_engine::KvCacheDtype,
     /// Seconds running requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
@@ -82,6 +86,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_model_len: args.max_model_len,
         threads,
         plan: args.plan,
+        kv_cache_dtype: args.kv_cache_dtype,
         ..EngineConfig::default()
     };
     let config = args.states.apply(config);
@@ -95,12 +100,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("loading {}", path.display()))?;
     let info = engine.handle().info().clone();
     eprintln!(
-        "oxllm serve: {} as `{name}`; KV cache {} blocks of {} tokens ({} tokens, {:.1} MiB); max model len {}; max num seqs {}; {} threads",
+        "oxllm serve: {} as `{name}`; KV cache {} blocks of {} tokens ({} tokens, {:.1} MiB, {}); max model len {}; max num seqs {}; {} threads",
         path.display(),
         info.num_blocks,
         info.block_size,
         info.num_blocks.saturating_sub(1) * info.block_size,
         info.kv_bytes as f64 / (1 << 20) as f64,
+        info.kv_dtype.name(),
         info.max_model_len,
         info.max_num_seqs,
         threads

@@ -8,6 +8,60 @@ pub enum KvCacheSize {
     Bytes(usize),
 }
 
+/// Element type of the paged K/V cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// f32 for models whose weights are f32 (so their outputs stay comparable bit for bit
+    /// with an f32 reference), f16 otherwise.
+    #[default]
+    Auto,
+    F32,
+    /// Half the bytes per token: twice the tokens in the same memory and half the attention
+    /// reads; values rounded to nearest f16 on store.
+    F16,
+}
+
+impl KvCacheDtype {
+    /// The concrete type for a model whose weights are (`true`) or are not all f32.
+    pub fn resolve(self, f32_weights: bool) -> KvCacheDtype {
+        match self {
+            KvCacheDtype::Auto if f32_weights => KvCacheDtype::F32,
+            KvCacheDtype::Auto => KvCacheDtype::F16,
+            other => other,
+        }
+    }
+
+    /// Bytes per cached value (a resolved type; `Auto` counts as f32).
+    pub fn bytes(self) -> usize {
+        match self {
+            KvCacheDtype::F16 => 2,
+            _ => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheDtype::Auto => "auto",
+            KvCacheDtype::F32 => "f32",
+            KvCacheDtype::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(KvCacheDtype::Auto),
+            "f32" | "float32" => Ok(KvCacheDtype::F32),
+            "f16" | "float16" | "half" => Ok(KvCacheDtype::F16),
+            other => Err(format!(
+                "unknown K/V cache dtype '{other}' (expected auto, f32 or f16)"
+            )),
+        }
+    }
+}
+
 /// How dense models run their steps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PlanMode {
@@ -60,6 +114,7 @@ pub struct EngineConfig {
     pub max_num_seqs: usize,
     pub block_size: usize,
     pub kv_cache: KvCacheSize,
+    pub kv_cache_dtype: KvCacheDtype,
     /// Longest prompt + output; defaults to the model's context length.
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
@@ -83,6 +138,7 @@ impl Default for EngineConfig {
             max_num_seqs: 64,
             block_size: 16,
             kv_cache: KvCacheSize::Bytes(1 << 30),
+            kv_cache_dtype: KvCacheDtype::Auto,
             max_model_len: None,
             enable_prefix_caching: true,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -97,15 +153,32 @@ impl Default for EngineConfig {
 
 impl EngineConfig {
     /// Number of KV blocks (including the reserved null block) this config gives `model`, whose
-    /// recurrent-state pool (hybrids; 0 otherwise) takes `state_bytes` of a byte budget.
-    pub fn resolve_num_blocks(&self, model: &ModelConfig, state_bytes: usize) -> usize {
+    /// recurrent-state pool (hybrids; 0 otherwise) takes `state_bytes` of a byte budget, with
+    /// values of the resolved `dtype`.
+    pub fn resolve_num_blocks(
+        &self,
+        model: &ModelConfig,
+        state_bytes: usize,
+        dtype: KvCacheDtype,
+    ) -> usize {
         match self.kv_cache {
             KvCacheSize::Blocks(n) => n,
             KvCacheSize::Bytes(bytes) => {
-                let per_token = KvCache::bytes_per_token(model.kv_layers, model.kv_width());
+                let per_token = kv_bytes_per_token(model, dtype);
                 bytes.saturating_sub(state_bytes) / (per_token * self.block_size).max(1)
             }
         }
+    }
+
+    /// The cache's element type for `model`.
+    pub fn resolve_kv_dtype(&self, model: &oxllm_models::Model) -> KvCacheDtype {
+        // The hybrids' attention layers run on an f32 cache.
+        let f32_weights = model.dense().is_none_or(|d| {
+            d.layers
+                .iter()
+                .all(|l| l.wq.dtype() == oxllm_core::DType::F32)
+        });
+        self.kv_cache_dtype.resolve(f32_weights)
     }
 
     pub fn resolve_max_model_len(&self, model: &ModelConfig) -> usize {
@@ -113,4 +186,9 @@ impl EngineConfig {
             .unwrap_or(model.context_length)
             .min(model.context_length)
     }
+}
+
+/// K and V bytes one token takes over all attention layers with values of `dtype`.
+pub fn kv_bytes_per_token(model: &ModelConfig, dtype: KvCacheDtype) -> usize {
+    KvCache::bytes_per_token(model.kv_layers, model.kv_width()) / 4 * dtype.bytes()
 }

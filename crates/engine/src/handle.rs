@@ -15,6 +15,7 @@ use oxllm_sched::{RecurrentStateConfig, Scheduler, SchedulerConfig};
 use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
 
+use crate::config::{kv_bytes_per_token, KvCacheDtype};
 use crate::core::{EngineCore, EngineStats};
 use crate::plans::PlanReport;
 use crate::runner::{ModelRunner, RunnerConfig};
@@ -44,6 +45,8 @@ pub struct EngineInfo {
     pub vocab_size: usize,
     /// Bytes of the whole cache: K/V blocks plus the recurrent-state pool.
     pub kv_bytes: usize,
+    /// The K/V cache's element type (resolved).
+    pub kv_dtype: KvCacheDtype,
     /// What was captured at start-up (empty when plans are off or unavailable).
     pub plans: PlanReport,
     /// Hybrid models: the recurrent-state pool (running slots, checkpoints).
@@ -82,7 +85,14 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let mc = model.config.clone();
         let states = plan_states(&config, model.state_bytes_per_seq());
-        let num_blocks = config.resolve_num_blocks(&mc, states.map_or(0, |s| s.total_bytes()));
+        let kv_dtype = config.resolve_kv_dtype(&model);
+        if kv_dtype == KvCacheDtype::F16 && model.dense().is_none() {
+            return Err(EngineError::Config(
+                "an f16 K/V cache is not available for hybrid models yet: use f32 or auto".into(),
+            ));
+        }
+        let num_blocks =
+            config.resolve_num_blocks(&mc, states.map_or(0, |s| s.total_bytes()), kv_dtype);
         let max_model_len = config.resolve_max_model_len(&mc);
         if config.threads == 0 {
             return Err(EngineError::Config("threads must be at least 1".into()));
@@ -110,10 +120,9 @@ impl Engine {
             max_num_seqs: config.max_num_seqs,
             max_num_batched_tokens: config.max_num_batched_tokens,
             vocab_size: mc.vocab_size,
-            kv_bytes: num_blocks
-                * config.block_size
-                * oxllm_models::KvCache::bytes_per_token(mc.kv_layers, mc.kv_width())
+            kv_bytes: num_blocks * config.block_size * kv_bytes_per_token(&mc, kv_dtype)
                 + states.map_or(0, |s| s.total_bytes()),
+            kv_dtype,
             states,
         };
         let runner = ModelRunner::new(
@@ -128,6 +137,7 @@ impl Engine {
                 max_model_len,
                 plan: config.plan,
                 backend: config.backend,
+                kv_dtype,
             },
         )?;
         let info = EngineInfo {

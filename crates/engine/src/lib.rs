@@ -19,7 +19,9 @@ mod runner;
 mod states;
 
 pub use crate::core::EngineStats;
-pub use config::{BackendKind, EngineConfig, KvCacheSize, PlanMode};
+pub use config::{
+    kv_bytes_per_token, BackendKind, EngineConfig, KvCacheDtype, KvCacheSize, PlanMode,
+};
 pub use error::EngineError;
 pub use handle::{Engine, EngineHandle, EngineInfo};
 pub use plans::{decode_buckets, prefill_buckets, PlanReport};

@@ -20,7 +20,7 @@ use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, Refer
 use oxllm_sample::plan_op::{SampleOp, SampleRows};
 use oxllm_sched::BatchArrays;
 
-use crate::config::{BackendKind, PlanMode};
+use crate::config::{BackendKind, KvCacheDtype, PlanMode};
 use crate::runner::{RunnerConfig, SampleJob, SampleOutcome};
 use crate::EngineError;
 
@@ -105,6 +105,7 @@ impl GraphExec {
             max_model_len,
             plan: mode,
             backend,
+            kv_dtype,
         } = *cfg;
         let mut backend: Box<dyn Backend + Send> = match backend {
             BackendKind::Cpu => Box::new(CpuBackend::new(threads)),
@@ -114,8 +115,13 @@ impl GraphExec {
         let stride = max_model_len.div_ceil(block_size.max(1)).max(1);
         let max_tokens = max_tokens.max(max_seqs);
         let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
-        let kv = KvBuffers::alloc(
+        let kv_kind = match kv_dtype {
+            KvCacheDtype::F16 => BufKind::F16,
+            _ => BufKind::F32,
+        };
+        let kv = KvBuffers::alloc_of(
             backend.as_mut(),
+            kv_kind,
             model.layers.len(),
             num_blocks,
             block_size,

@@ -16,7 +16,7 @@ use oxllm_runtime::OpProfile;
 use oxllm_sample::{SampleError, Sampled, Sampler};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
 
-use crate::config::{BackendKind, PlanMode};
+use crate::config::{BackendKind, KvCacheDtype, PlanMode};
 use crate::plans::{GraphExec, PlanReport};
 use crate::EngineError;
 
@@ -49,6 +49,8 @@ pub(crate) struct RunnerConfig {
     pub max_model_len: usize,
     pub plan: PlanMode,
     pub backend: BackendKind,
+    /// Resolved (not `Auto`).
+    pub kv_dtype: KvCacheDtype,
 }
 
 enum Exec {

@@ -325,3 +325,43 @@ fn dropped_streams_free_blocks_and_bad_requests_are_rejected() {
         .expect("bad top_p");
     assert!(err.to_string().contains("top_p"), "{err}");
 }
+
+/// The K/V cache's element type: SmolLM2 (quantized) gets f16 by default and the tiny f32
+/// checkpoint f32; an f16 cache holds twice the tokens of the same byte budget, and SmolLM2's
+/// greedy answer to a clear question is the same with either cache.
+#[test]
+fn kv_cache_dtype_resolves_per_model_and_f16_keeps_the_answer() {
+    use oxllm_engine::KvCacheDtype;
+    let budget = KvCacheSize::Bytes(64 << 20);
+    let with = |dtype| EngineConfig {
+        threads: 2,
+        kv_cache: budget,
+        kv_cache_dtype: dtype,
+        ..EngineConfig::default()
+    };
+    let (tiny, _) = start(&tiny_llama(), with(KvCacheDtype::Auto));
+    assert_eq!(tiny.handle().info().kv_dtype, KvCacheDtype::F32);
+    let (auto, tok) = start(&smollm2(), with(KvCacheDtype::Auto));
+    let (full, _) = start(&smollm2(), with(KvCacheDtype::F32));
+    let (a, f) = (auto.handle().info().clone(), full.handle().info().clone());
+    assert_eq!(a.kv_dtype, KvCacheDtype::F16);
+    assert_eq!(f.kv_dtype, KvCacheDtype::F32);
+    assert!(
+        a.num_blocks >= 2 * f.num_blocks - 1 && a.kv_bytes <= 64 << 20,
+        "f16 {} blocks ({} bytes), f32 {} blocks",
+        a.num_blocks,
+        a.kv_bytes,
+        f.num_blocks
+    );
+    let tok = tok.unwrap();
+    let prompt = tok
+        .encode(
+            "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+            false,
+        )
+        .unwrap();
+    let half = run_all(&auto, vec![req(&prompt, greedy(6))]);
+    let exact = run_all(&full, vec![req(&prompt, greedy(6))]);
+    assert_eq!(half[0].0, exact[0].0, "{:?} vs {:?}", half[0].1, exact[0].1);
+    assert!(half[0].1.contains("Paris"), "{:?}", half[0].1);
+}

@@ -1,6 +1,6 @@
 //! paged_attention: a 512-token prefill and a decode step at context 512 with SmolLM2's shape
 //! (9 heads, 3 kv heads, head_dim 64, block size 16), the tiled AVX2 path against the scalar
-//! path, 2 threads; then the softmax of one score row (context 192) and the SiLU gate of a
+//! path and the tiled path over an f16 cache, 2 threads; then the softmax of one score row (context 192) and the SiLU gate of a
 //! batch-16 MLP (16 x 1536), vector `exp` against the scalar libm references. Run:
 //! `cargo bench -p oxllm-kernels --bench attention`.
 
@@ -32,6 +32,9 @@ fn bench(c: &mut Criterion) {
     let mut kc = vec![0f32; len * kw];
     let mut vc = vec![0f32; len * kw];
     store_kv(&mut kc, &mut vc, &slots, &k, &v, kw);
+    let mut kh = vec![half::f16::ZERO; len * kw];
+    let mut vh = vec![half::f16::ZERO; len * kw];
+    store_kv(&mut kh, &mut vh, &slots, &k, &v, kw);
     let mut g = c.benchmark_group("attention");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
@@ -55,6 +58,9 @@ fn bench(c: &mut Criterion) {
         };
         g.bench_function(format!("tiled/{id}"), |b| {
             b.iter(|| paged_attention(&pool, &q, &kc, &vc, &meta, shape, &mut out))
+        });
+        g.bench_function(format!("tiled_f16/{id}"), |b| {
+            b.iter(|| paged_attention(&pool, &q, &kh, &vh, &meta, shape, &mut out))
         });
         g.bench_function(format!("scalar/{id}"), |b| {
             b.iter(|| paged_attention_scalar(&pool, &q, &kc, &vc, &meta, shape, &mut out))

@@ -41,10 +41,62 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// Writes each token's K and V rows (`kv_width` floats) into its slot; slot -1 is skipped.
-pub fn store_kv(
-    k_cache: &mut [f32],
-    v_cache: &mut [f32],
+/// The element type of a K/V cache: `f32`, or `f16` at half the bytes (rounded to nearest on
+/// store, widened exactly on load; attention itself computes in f32 either way). At batch 16
+/// a decode step reads more K/V than weights, so the half-width cache is what keeps attention
+/// from being bandwidth-bound.
+pub trait KvElem: Copy + Default + Send + Sync + 'static {
+    /// `Self` is `f32` (rows are read in place, not widened).
+    const IS_F32: bool;
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+    /// Eight values at `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// AVX2 and F16C are available; `p` is valid for 8 elements.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl KvElem for f32 {
+    const IS_F32: bool = true;
+    #[inline(always)]
+    fn from_f32(x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl KvElem for half::f16 {
+    const IS_F32: bool = false;
+    #[inline(always)]
+    fn from_f32(x: f32) -> half::f16 {
+        half::f16::from_f32(x)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const half::f16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+}
+
+/// Writes each token's K and V rows (`kv_width` values) into its slot; slot -1 is skipped.
+pub fn store_kv<E: KvElem>(
+    k_cache: &mut [E],
+    v_cache: &mut [E],
     slot_mapping: &[i32],
     k: &[f32],
     v: &[f32],
@@ -55,8 +107,13 @@ pub fn store_kv(
             continue;
         }
         let dst = slot as usize * kv_width;
-        k_cache[dst..dst + kv_width].copy_from_slice(&k[t * kv_width..(t + 1) * kv_width]);
-        v_cache[dst..dst + kv_width].copy_from_slice(&v[t * kv_width..(t + 1) * kv_width]);
+        let rows = [(&mut *k_cache, k), (&mut *v_cache, v)];
+        for (cache, src) in rows {
+            let src = &src[t * kv_width..(t + 1) * kv_width];
+            for (d, &x) in cache[dst..dst + kv_width].iter_mut().zip(src) {
+                *d = E::from_f32(x);
+            }
+        }
     }
 }
 
@@ -67,11 +124,11 @@ pub fn store_kv(
 /// in the same order, whatever tile it lands in). On AVX2 with `head_dim % 8 == 0`, work items
 /// are (sequence, head, tile of up to 8 consecutive queries): the tile shares every K and V
 /// row it loads, one block of keys at a time; elsewhere [`paged_attention_scalar`].
-pub fn paged_attention(
+pub fn paged_attention<E: KvElem>(
     pool: &ThreadPool,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[E],
+    v_cache: &[E],
     meta: &AttnMetadata<'_>,
     shape: AttnShape,
     out: &mut [f32],
@@ -89,11 +146,11 @@ pub fn paged_attention(
 
 /// Reference path of [`paged_attention`]: one (token, head) per work item, a `vec_dot` per key
 /// and a scalar loop per value row. Any head size and CPU; kept as the benches' baseline.
-pub fn paged_attention_scalar(
+pub fn paged_attention_scalar<E: KvElem>(
     pool: &ThreadPool,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[E],
+    v_cache: &[E],
     meta: &AttnMetadata<'_>,
     shape: AttnShape,
     out: &mut [f32],
@@ -130,6 +187,7 @@ pub fn paged_attention_scalar(
     pool.run_dynamic(|_, _| {
         let mut scores = vec![0f32; max_len];
         let mut acc = vec![0f32; head_dim];
+        let mut key = vec![0f32; head_dim];
         loop {
             let start = next.fetch_add(CHUNK, Ordering::Relaxed);
             if start >= items {
@@ -157,7 +215,10 @@ pub fn paged_attention_scalar(
                     let slot =
                         table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
                     let kr = &k_cache[slot * kv_width + kvh * head_dim..][..head_dim];
-                    *sc = dot(head_dim, qv, as_bytes(kr)) * scale;
+                    for (d, &x) in key.iter_mut().zip(kr) {
+                        *d = x.to_f32();
+                    }
+                    *sc = dot(head_dim, qv, as_bytes(&key)) * scale;
                 }
                 softmax_in_place(&mut scores[..ctx]);
                 acc.fill(0.0);
@@ -166,7 +227,7 @@ pub fn paged_attention_scalar(
                         table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
                     let vr = &v_cache[slot * kv_width + kvh * head_dim..][..head_dim];
                     for (a, &v) in acc.iter_mut().zip(vr) {
-                        *a += w * v;
+                        *a += w * v.to_f32();
                     }
                 }
                 o.copy_from_slice(&acc);
@@ -295,11 +356,21 @@ mod tests {
     /// Builds a paged cache holding `seqs` (each: keys, values, block table) and runs attention
     /// over the given query rows of each sequence (the last `q_len` positions).
     fn run_seqs(shape: AttnShape, bs: usize, seqs: &[Seq<'_>], scalar: bool) -> Vec<f32> {
+        run_seqs_in::<f32>(shape, bs, seqs, scalar)
+    }
+
+    /// [`run_seqs`] with a cache of element type `E`.
+    fn run_seqs_in<E: KvElem>(
+        shape: AttnShape,
+        bs: usize,
+        seqs: &[Seq<'_>],
+        scalar: bool,
+    ) -> Vec<f32> {
         let pool = ThreadPool::new(2);
         let kw = shape.n_kv_heads * shape.head_dim;
         let stride = seqs.iter().map(|s| s.2.len()).max().unwrap();
         let n_blocks = seqs.iter().flat_map(|s| s.2.iter()).max().unwrap() + 1;
-        let mut kc = vec![0.0; n_blocks as usize * bs * kw];
+        let mut kc = vec![E::default(); n_blocks as usize * bs * kw];
         let mut vc = kc.clone();
         let (mut qsl, mut lens, mut tables, mut q) = (vec![0u32], vec![], vec![], vec![]);
         for (k, v, table, q_len, qs) in seqs {
@@ -373,6 +444,60 @@ mod tests {
                 .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "sequence {s} differs alone and among 12");
         }
+    }
+
+    /// A half-float cache: the tiled path matches dense attention over the f16-rounded K/V and
+    /// the scalar path, and a decode row gets the same bits alone and among others.
+    #[test]
+    fn f16_cache_matches_dense_over_rounded_kv_and_is_batch_invariant() {
+        let shape = AttnShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+        };
+        let (qw, kw, bs) = (6 * 64, 2 * 64, 16);
+        let val = |i: usize, m: usize| ((i * m % 61) as f32 - 30.0) * 0.031;
+        let round = |x: &Vec<f32>| -> Vec<f32> {
+            x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+        };
+        let (a_len, a_new) = (70usize, 9usize);
+        let ka: Vec<f32> = (0..a_len * kw).map(|i| val(i, 7)).collect();
+        let va: Vec<f32> = (0..a_len * kw).map(|i| val(i, 11)).collect();
+        let qa: Vec<f32> = (0..a_new * qw).map(|i| val(i, 13)).collect();
+        let ta: Vec<u32> = vec![4, 0, 2, 6, 8];
+        let kb: Vec<f32> = (0..33 * kw).map(|i| val(i, 5)).collect();
+        let vb: Vec<f32> = (0..33 * kw).map(|i| val(i, 3)).collect();
+        let qb: Vec<f32> = (0..qw).map(|i| val(i, 17)).collect();
+        let tb: Vec<u32> = vec![1, 3, 5];
+        let a = (&ka[..], &va[..], &ta[..], a_new, &qa[..]);
+        let b = (&kb[..], &vb[..], &tb[..], 1, &qb[..]);
+        let mixed = run_seqs_in::<half::f16>(shape, bs, &[a, b], false);
+        let want = [
+            dense(&qa, &round(&ka), &round(&va), shape, a_len - a_new),
+            dense(&qb, &round(&kb), &round(&vb), shape, 32),
+        ]
+        .concat();
+        for (i, (g, w)) in mixed.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() < 1e-5, "{i}: {g} vs {w}");
+        }
+        let exact = run_seqs(shape, bs, &[a, b], false);
+        let worst = mixed
+            .iter()
+            .zip(&exact)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0f32, f32::max);
+        assert!(worst > 0.0 && worst < 5e-3, "f16 vs f32 cache: {worst}");
+        let scalar = run_seqs_in::<half::f16>(shape, bs, &[a, b], true);
+        for (g, w) in mixed.iter().zip(&scalar) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+        let alone = run_seqs_in::<half::f16>(shape, bs, &[b], false);
+        let same = mixed[a_new * qw..]
+            .iter()
+            .zip(&alone)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "the decode row differs alone and in the batch");
     }
 
     #[test]

@@ -262,10 +262,10 @@ impl Arena {
             .map(|&s| {
                 let b = self.mem.slots[s as usize].borrow();
                 b.capacity()
-                    * if b.kind() == Some(BufKind::QActs) {
-                        1
-                    } else {
-                        4
+                    * match b.kind() {
+                        Some(BufKind::QActs) => 1,
+                        Some(BufKind::F16) => 2,
+                        _ => 4,
                     }
             })
             .sum()

@@ -8,6 +8,7 @@
 use std::any::Any;
 use std::cell::{Ref, RefCell, RefMut};
 
+use half::f16;
 use oxllm_kernels::matmul::QuantizedActs;
 
 use crate::RuntimeError;
@@ -16,6 +17,8 @@ use crate::RuntimeError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BufKind {
     F32,
+    /// IEEE half floats (e.g. a K/V cache kept at half the bytes).
+    F16,
     U32,
     I32,
     /// Quantized activation rows; lengths count bytes.
@@ -28,6 +31,7 @@ pub enum BufKind {
 pub enum Buffer {
     Empty,
     F32(Vec<f32>),
+    F16(Vec<f16>),
     U32(Vec<u32>),
     I32(Vec<i32>),
     QActs(QuantizedActs),
@@ -40,6 +44,7 @@ impl Buffer {
     pub(crate) fn new(kind: BufKind, len: usize) -> Buffer {
         match kind {
             BufKind::F32 => Buffer::F32(vec![0.0; len]),
+            BufKind::F16 => Buffer::F16(vec![f16::ZERO; len]),
             BufKind::U32 => Buffer::U32(vec![0; len]),
             BufKind::I32 => Buffer::I32(vec![0; len]),
             BufKind::QActs => Buffer::QActs(QuantizedActs::with_capacity(len)),
@@ -51,6 +56,7 @@ impl Buffer {
         match self {
             Buffer::Empty => None,
             Buffer::F32(_) => Some(BufKind::F32),
+            Buffer::F16(_) => Some(BufKind::F16),
             Buffer::U32(_) => Some(BufKind::U32),
             Buffer::I32(_) => Some(BufKind::I32),
             Buffer::QActs(_) => Some(BufKind::QActs),
@@ -63,6 +69,7 @@ impl Buffer {
         match self {
             Buffer::Empty | Buffer::Host(_) => 0,
             Buffer::F32(v) => v.len(),
+            Buffer::F16(v) => v.len(),
             Buffer::U32(v) => v.len(),
             Buffer::I32(v) => v.len(),
             Buffer::QActs(q) => q.capacity(),
@@ -138,6 +145,7 @@ impl Memory {
     }
 
     typed_access!(f32, f32_mut, F32, f32);
+    typed_access!(f16, f16_mut, F16, f16);
     typed_access!(u32, u32_mut, U32, u32);
     typed_access!(i32, i32_mut, I32, i32);
 

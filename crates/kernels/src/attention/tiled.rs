@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{AttnMetadata, AttnShape};
+use super::{AttnMetadata, AttnShape, KvElem};
 use crate::ops::softmax_in_place;
 use crate::pool::{SharedMut, ThreadPool};
 use crate::scratch::Scratch;
@@ -31,11 +31,11 @@ const HEAD_GROUP: u32 = 1 << 31;
 /// With [`HEAD_GROUP`]: the item is every KV group of its sequence, one after the other.
 const ALL_KV_HEADS: u32 = 1 << 30;
 
-pub(super) fn paged_attention_tiled(
+pub(super) fn paged_attention_tiled<E: KvElem>(
     pool: &ThreadPool,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[E],
+    v_cache: &[E],
     meta: &AttnMetadata<'_>,
     shape: AttnShape,
     out: &mut [f32],
@@ -63,11 +63,11 @@ thread_local! {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn tiled_items(
+fn tiled_items<E: KvElem>(
     pool: &ThreadPool,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[E],
+    v_cache: &[E],
     meta: &AttnMetadata<'_>,
     shape: AttnShape,
     out: &mut [f32],
@@ -134,6 +134,8 @@ fn tiled_items(
     pool.run_dynamic(|_, _| {
         let mut scores = Scratch::<f32>::take(QT * max_len);
         let mut offs = Scratch::<usize>::take(max_len);
+        // Half-float caches: one key block (or value block) widened once for every query.
+        let mut wide = Scratch::<f32>::take(if E::IS_F32 { 0 } else { KB * head_dim });
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items.len() {
@@ -195,13 +197,13 @@ fn tiled_items(
                 };
                 // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
                 // query/output rows hold head_dim floats, scores hold nq * max_len floats.
-                unsafe { tile.run(&qs, &outs, &mut scores) };
+                unsafe { tile.run(&qs, &outs, &mut scores, &mut wide) };
             }
         }
     });
 }
 
-struct Tile<'a> {
+struct Tile<'a, E> {
     nq: usize,
     /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j * ctx_step`
     /// keys (step 1: consecutive tokens of one head; step 0: heads of one token).
@@ -210,27 +212,33 @@ struct Tile<'a> {
     head_dim: usize,
     scale: f32,
     offs: &'a [usize],
-    k: *const f32,
-    v: *const f32,
+    k: *const E,
+    v: *const E,
     stride: usize,
 }
 
-impl Tile<'_> {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run(&self, qs: &[*const f32; QT], outs: &[*mut f32; QT], scores: &mut [f32]) {
+impl<E: KvElem> Tile<'_, E> {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run(
+        &self,
+        qs: &[*const f32; QT],
+        outs: &[*mut f32; QT],
+        scores: &mut [f32],
+        wide: &mut [f32],
+    ) {
         let (nq, hd) = (self.nq, self.head_dim);
         let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
         let sc = scores.as_mut_ptr();
         // Scores, one block of keys at a time.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
+            let krow = self.block(self.k, p0, p1, wide);
             for (j, &qp) in qs.iter().enumerate().take(nq) {
                 let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 let row = sc.add(j * self.stride);
                 let mut p = p0;
                 while p < pe {
-                    let ks: [*const f32; 4] =
-                        std::array::from_fn(|u| self.k.add(self.offs[(p + u).min(pe - 1)]));
+                    let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(pe - 1)));
                     let d = dot4(qp, ks, hd);
                     for (u, &dv) in d.iter().enumerate().take(pe - p) {
                         *row.add(p + u) = dv * self.scale;
@@ -247,6 +255,7 @@ impl Tile<'_> {
         // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
+            let vrow = self.block(self.v, p0, p1, wide);
             for (j, &op) in outs.iter().enumerate().take(nq) {
                 let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 if pe <= p0 {
@@ -255,46 +264,76 @@ impl Tile<'_> {
                 let w = sc.add(j * self.stride);
                 let mut d0 = 0;
                 while d0 + 64 <= hd {
-                    self.axpy::<8>(op.add(d0), w, p0, pe, d0);
+                    axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
                     d0 += 64;
                 }
                 while d0 < hd {
-                    self.axpy::<1>(op.add(d0), w, p0, pe, d0);
+                    axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
                     d0 += 8;
                 }
             }
         }
     }
 
-    /// `o[0..8 * NC] += w[p] * v_p[d0..d0 + 8 * NC]` for p in `p0..pe`.
+    /// Row `p` (in `p0..p1`) of one block of `cache` as f32: the cache row itself for an f32
+    /// cache; otherwise the block is first widened into `wide` (exactly) and rows point there.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn axpy<const NC: usize>(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn block(
         &self,
-        o: *mut f32,
-        w: *const f32,
+        cache: *const E,
         p0: usize,
-        pe: usize,
-        d0: usize,
-    ) {
-        let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
-        for p in p0..pe {
-            let wv = _mm256_set1_ps(*w.add(p));
-            let vr = self.v.add(self.offs[p] + d0);
-            for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * c)), *a);
+        p1: usize,
+        wide: &mut [f32],
+    ) -> impl Fn(usize) -> *const f32 + '_ {
+        let hd = self.head_dim;
+        if !E::IS_F32 {
+            for p in p0..p1 {
+                let src = cache.add(self.offs[p]);
+                let dst = wide.as_mut_ptr().add((p - p0) * hd);
+                for d in (0..hd).step_by(8) {
+                    _mm256_storeu_ps(dst.add(d), E::load8(src.add(d)));
+                }
             }
         }
-        for (c, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(o.add(8 * c), *a);
+        let (base, wide) = (cache.cast::<f32>(), wide.as_ptr());
+        move |p| {
+            if E::IS_F32 {
+                base.add(self.offs[p])
+            } else {
+                wide.add((p - p0) * hd)
+            }
         }
+    }
+}
+
+/// `o[0..8 * NC] += w[p] * row(p)[0..8 * NC]` for p in `p0..pe`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy<const NC: usize>(
+    o: *mut f32,
+    w: *const f32,
+    p0: usize,
+    pe: usize,
+    row: impl Fn(usize) -> *const f32,
+) {
+    let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
+    for p in p0..pe {
+        let wv = _mm256_set1_ps(*w.add(p));
+        let vr = row(p);
+        for (c, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * c)), *a);
+        }
+    }
+    for (c, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(o.add(8 * c), *a);
     }
 }
 
 /// Dots of `q` with four key rows (`hd` floats each, `hd % 8 == 0`): one fma chain per key over
 /// 8-lane chunks, then the same pairwise reduction tree for every key.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot4(q: *const f32, k: [*const f32; 4], hd: usize) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut d = 0;

@@ -84,15 +84,18 @@ impl StepBuffers {
     }
 }
 
-/// Per layer, one K and one V buffer of `num_blocks * block_size` slots of `kv_width` values.
+/// Per layer, one K and one V buffer of `num_blocks * block_size` slots of `kv_width` values,
+/// of `F32` or `F16` elements (the ops follow the buffers' kind).
 pub struct KvBuffers {
     pub layers: Vec<(BufRef, BufRef)>,
+    pub kind: BufKind,
     pub num_blocks: usize,
     pub block_size: usize,
     pub kv_width: usize,
 }
 
 impl KvBuffers {
+    /// An f32 cache.
     pub fn alloc(
         b: &mut dyn Backend,
         n_layers: usize,
@@ -100,17 +103,36 @@ impl KvBuffers {
         block_size: usize,
         kv_width: usize,
     ) -> Result<KvBuffers, RuntimeError> {
+        Self::alloc_of(b, BufKind::F32, n_layers, num_blocks, block_size, kv_width)
+    }
+
+    /// A cache of `kind` elements (`F32` or `F16`).
+    pub fn alloc_of(
+        b: &mut dyn Backend,
+        kind: BufKind,
+        n_layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        kv_width: usize,
+    ) -> Result<KvBuffers, RuntimeError> {
+        if !matches!(kind, BufKind::F32 | BufKind::F16) {
+            return Err(RuntimeError::op(
+                "kv_cache",
+                format!("a K/V cache holds f32 or f16 values, not {kind:?}"),
+            ));
+        }
         let len = num_blocks * block_size * kv_width;
         let layers = (0..n_layers)
             .map(|_| {
                 Ok((
-                    b.alloc_persistent(BufKind::F32, len)?,
-                    b.alloc_persistent(BufKind::F32, len)?,
+                    b.alloc_persistent(kind, len)?,
+                    b.alloc_persistent(kind, len)?,
                 ))
             })
             .collect::<Result<_, RuntimeError>>()?;
         Ok(KvBuffers {
             layers,
+            kind,
             num_blocks,
             block_size,
             kv_width,

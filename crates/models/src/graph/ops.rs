@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use oxllm_core::DType;
 use oxllm_kernels::attention::{
-    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape,
+    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape, KvElem,
 };
 use oxllm_kernels::matmul::{
     add_bias, matmul_many, matmul_reference, quantize_acts_into, quantize_acts_reference, QMatrix,
 };
 use oxllm_kernels::ops;
-use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
+use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
 
 use crate::LlamaModel;
 
@@ -199,17 +199,33 @@ impl Op for StoreKv {
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let slots = mem.i32(self.name(), self.slot_mapping)?;
         let (k, v) = (mem.f32(self.name(), self.k)?, mem.f32(self.name(), self.v)?);
-        let mut kc = mem.f32_mut(self.name(), self.k_cache)?;
-        let mut vc = mem.f32_mut(self.name(), self.v_cache)?;
-        let cap = (kc.len() / self.kv_width.max(1)) as i32;
-        if let Some(&bad) = slots.iter().find(|&&s| s >= cap || s < -1) {
-            return Err(RuntimeError::op(
-                self.name(),
-                format!("slot {bad} outside the cache"),
-            ));
+        let kw = self.kv_width;
+        match self.k_cache.kind() {
+            BufKind::F16 => {
+                let mut kc = mem.f16_mut(self.name(), self.k_cache)?;
+                let mut vc = mem.f16_mut(self.name(), self.v_cache)?;
+                check_slots(self.name(), &slots, kc.len() / kw.max(1))?;
+                store_kv(&mut kc, &mut vc, &slots, &k, &v, kw);
+            }
+            _ => {
+                let mut kc = mem.f32_mut(self.name(), self.k_cache)?;
+                let mut vc = mem.f32_mut(self.name(), self.v_cache)?;
+                check_slots(self.name(), &slots, kc.len() / kw.max(1))?;
+                store_kv(&mut kc, &mut vc, &slots, &k, &v, kw);
+            }
         }
-        store_kv(&mut kc, &mut vc, &slots, &k, &v, self.kv_width);
         Ok(())
+    }
+}
+
+/// Every slot is -1 (padding) or inside a cache of `cap` slots.
+fn check_slots(op: &'static str, slots: &[i32], cap: usize) -> Result<(), RuntimeError> {
+    match slots.iter().find(|&&s| s < -1 || s as i64 >= cap as i64) {
+        Some(&bad) => Err(RuntimeError::op(
+            op,
+            format!("slot {bad} outside the cache"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -235,7 +251,6 @@ impl Op for Attention {
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let q = mem.f32(name, self.q)?;
-        let (kc, vc) = (mem.f32(name, self.k_cache)?, mem.f32(name, self.v_cache)?);
         let qsl = mem.u32(name, self.query_start_loc)?;
         let seq_lens = mem.u32(name, self.seq_lens)?;
         let tables = mem.u32(name, self.block_tables)?;
@@ -253,12 +268,34 @@ impl Op for Attention {
             .map_or(0, |&r| r as usize)
             .min(out.len() / width.max(1));
         out[real_rows * width..].fill(0.0);
-        if cx.reference {
-            paged_attention_scalar(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
-        } else {
-            paged_attention(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
+        match self.k_cache.kind() {
+            BufKind::F16 => {
+                let (kc, vc) = (mem.f16(name, self.k_cache)?, mem.f16(name, self.v_cache)?);
+                run_attention(cx, &q, &kc, &vc, &meta, self.shape, &mut out);
+            }
+            _ => {
+                let (kc, vc) = (mem.f32(name, self.k_cache)?, mem.f32(name, self.v_cache)?);
+                run_attention(cx, &q, &kc, &vc, &meta, self.shape, &mut out);
+            }
         }
         Ok(())
+    }
+}
+
+/// The reference backend's scalar attention or the fast one, over a cache of `E`.
+fn run_attention<E: KvElem>(
+    cx: &ExecCtx<'_>,
+    q: &[f32],
+    kc: &[E],
+    vc: &[E],
+    meta: &AttnMetadata<'_>,
+    shape: AttnShape,
+    out: &mut [f32],
+) {
+    if cx.reference {
+        paged_attention_scalar(cx.pool, q, kc, vc, meta, shape, out);
+    } else {
+        paged_attention(cx.pool, q, kc, vc, meta, shape, out);
     }
 }
 
