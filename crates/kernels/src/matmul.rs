@@ -413,6 +413,8 @@ enum Plan<'a> {
         dot: VecDotFn,
         /// Several activation rows per weight row at once (same bits as `dot`).
         rows_dot: Option<crate::weight_dot::DotRowsFn>,
+        /// Two weight rows against every activation row at once (same bits as `dot`).
+        rows_dot2: Option<crate::weight_dot::DotRows2Fn>,
         tile_rows: usize,
         tiles: usize,
     },
@@ -451,11 +453,17 @@ fn plan<'a>(
     } else {
         None
     };
+    let rows_dot2 = if w.f32_activations {
+        crate::weight_dot::dot_rows2_f32_acts(w.dtype)
+    } else {
+        None
+    };
     Ok(Plan::Pairwise {
         w,
         acts,
         dot,
         rows_dot,
+        rows_dot2,
         tile_rows,
         tiles,
     })
@@ -481,12 +489,40 @@ impl Plan<'_> {
                 acts,
                 dot,
                 rows_dot,
+                rows_dot2,
                 tile_rows,
                 ..
             } => {
                 let n_out = w.rows;
                 let j0 = t * tile_rows;
                 let j1 = (j0 + tile_rows).min(n_out);
+                if let Some(rows_dot2) = rows_dot2 {
+                    const G: usize = 8;
+                    for i0 in (0..acts.rows).step_by(G) {
+                        let g = (acts.rows - i0).min(G);
+                        let rows: [&[u8]; G] = std::array::from_fn(|i| acts.row(i0 + i.min(g - 1)));
+                        let (mut c0, mut c1) = ([0f32; G], [0f32; G]);
+                        let mut j = j0;
+                        while j < j1 {
+                            // An odd last row pairs with itself (computed twice, written once).
+                            let j_next = (j + 1).min(j1 - 1);
+                            let (a, b) = (w.row(j), w.row(j_next));
+                            rows_dot2(w.cols, a, b, &rows[..g], &mut c0[..g], &mut c1[..g]);
+                            for i in 0..g {
+                                // SAFETY: columns j..=j_next of each output row belong to this
+                                // tile.
+                                let dst =
+                                    unsafe { out.slice((i0 + i) * n_out + j, j_next + 1 - j) };
+                                dst[0] = c0[i];
+                                if j_next > j {
+                                    dst[1] = c1[i];
+                                }
+                            }
+                            j += 2;
+                        }
+                    }
+                    return;
+                }
                 if let Some(rows_dot) = rows_dot {
                     // Groups of activation rows on the stack; each row gets the single-row
                     // kernel's bits whatever group it is in. A group of 8 f32 rows (18 KB at

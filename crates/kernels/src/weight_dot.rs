@@ -88,6 +88,116 @@ pub fn dot_rows_f32_acts(w: DType) -> Option<DotRowsFn> {
     None
 }
 
+/// Two weight rows against several activation rows: `out0[r] = dot(w0, acts[r])`,
+/// `out1[r] = dot(w1, acts[r])`, each bit-identical to the single-row kernel.
+pub type DotRows2Fn =
+    fn(n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]], out0: &mut [f32], out1: &mut [f32]);
+
+/// The two-weight-row kernel for `w`, where the CPU has one (AVX-512: both rows share a zmm
+/// register, each in one half, so every activation load and FMA serves two outputs).
+pub fn dot_rows2_f32_acts(w: DType) -> Option<DotRows2Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if detected_isa() == Isa::Avx2 && w == DType::Q8_0 && avx512::available() {
+        return Some(avx512::q8_0_rows2);
+    }
+    let _ = w;
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! The AVX2 multi-row Q8_0 kernel with two weight rows per zmm register: lanes 0-7 carry
+    //! row `w0`'s eight accumulation lanes, lanes 8-15 row `w1`'s, and every per-lane operation
+    //! is the AVX2 kernel's, so each half holds exactly the single-row kernel's vector.
+    use std::arch::x86_64::*;
+
+    const BLOCK_BYTES: usize = 34;
+
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq")
+    }
+
+    pub(super) fn q8_0_rows2(
+        n: usize,
+        w0: &[u8],
+        w1: &[u8],
+        acts: &[&[u8]],
+        out0: &mut [f32],
+        out1: &mut [f32],
+    ) {
+        let need = n / 32 * BLOCK_BYTES;
+        assert!(w0.len() >= need && w1.len() >= need);
+        assert!(out0.len() >= acts.len() && out1.len() >= acts.len());
+        assert!(acts.iter().all(|a| a.len() >= n * 4));
+        let mut r = 0;
+        while r < acts.len() {
+            let g = (acts.len() - r).min(8);
+            let pick = |i: usize| acts[r + i.min(g - 1)];
+            let (o0, o1) = (&mut out0[r..r + g], &mut out1[r..r + g]);
+            // SAFETY: handed out only where AVX2/FMA/F16C and AVX512F/DQ exist; bounds above.
+            // Groups of 1, 2, 4 or 8 rows (a group of 3 repeats its last row once).
+            unsafe {
+                match g {
+                    1 => put(rows2_n::<1>(n, w0, w1, std::array::from_fn(pick)), o0, o1),
+                    2 => put(rows2_n::<2>(n, w0, w1, std::array::from_fn(pick)), o0, o1),
+                    3 | 4 => put(rows2_n::<4>(n, w0, w1, std::array::from_fn(pick)), o0, o1),
+                    _ => put(rows2_n::<8>(n, w0, w1, std::array::from_fn(pick)), o0, o1),
+                }
+            }
+            r += g;
+        }
+    }
+
+    fn put<const R: usize>((a, b): ([f32; R], [f32; R]), o0: &mut [f32], o1: &mut [f32]) {
+        let g = o0.len();
+        o0.copy_from_slice(&a[..g]);
+        o1.copy_from_slice(&b[..g]);
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+    unsafe fn rows2_n<const R: usize>(
+        n: usize,
+        w0: &[u8],
+        w1: &[u8],
+        acts: [&[u8]; R],
+    ) -> ([f32; R], [f32; R]) {
+        let mut total = [_mm512_setzero_ps(); R];
+        let (p0, p1) = (w0.as_ptr(), w1.as_ptr());
+        let ap = acts.map(|a| a.as_ptr() as *const f32);
+        let scale = |blk: *const u8| {
+            let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
+            _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))))
+        };
+        for b in 0..n / 32 {
+            let (b0, b1) = (p0.add(b * BLOCK_BYTES), p1.add(b * BLOCK_BYTES));
+            let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(scale(b0)), scale(b1));
+            let (q0, q1) = (b0.add(2), b1.add(2));
+            let mut qf = [_mm512_setzero_ps(); 4];
+            for (k, q) in qf.iter_mut().enumerate() {
+                let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                    q0.add(8 * k) as *const __m128i
+                )));
+                let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                    q1.add(8 * k) as *const __m128i
+                )));
+                *q = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
+            }
+            for r in 0..R {
+                let x = ap[r].add(b * 32);
+                let mut acc = _mm512_setzero_ps();
+                for (k, q) in qf.iter().enumerate() {
+                    let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(8 * k)));
+                    acc = _mm512_fmadd_ps(*q, xv, acc);
+                }
+                total[r] = _mm512_fmadd_ps(d, acc, total[r]);
+            }
+        }
+        let lo = total.map(|t| super::avx2::hsum_pub(_mm512_castps512_ps256(t)));
+        let hi = total.map(|t| super::avx2::hsum_pub(_mm512_extractf32x8_ps::<1>(t)));
+        (lo, hi)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -154,6 +264,13 @@ mod avx2 {
             }
         }
         total.map(|t| hsum(t))
+    }
+
+    /// [`hsum`] for the AVX-512 kernel, which must reduce its halves the same way.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn hsum_pub(total: __m256) -> f32 {
+        hsum(total)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -264,6 +381,50 @@ mod tests {
                 assert_eq!(
                     out[r].to_bits(),
                     single(n, &w, a).to_bits(),
+                    "m={m} row {r}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn two_row_kernel_is_bit_identical_to_single_rows() {
+        let Some(rows2) = dot_rows2_f32_acts(DType::Q8_0) else {
+            eprintln!("no two-row kernel on this CPU");
+            return;
+        };
+        let single = vec_dot_f32_acts(DType::Q8_0).unwrap();
+        let n = 576;
+        let weight = |salt: usize| {
+            let wf: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101 + salt) as f32 - 50.0) * 0.013)
+                .collect();
+            let mut w = vec![0u8; DType::Q8_0.row_bytes(n).unwrap()];
+            quant::quantize_row(DType::Q8_0, &wf, &mut w).unwrap();
+            w
+        };
+        let (w0, w1) = (weight(0), weight(17));
+        for m in 1..=13 {
+            let acts: Vec<Vec<u8>> = (0..m)
+                .map(|r| {
+                    let a: Vec<f32> = (0..n)
+                        .map(|i| ((i * (r + 3) % 31) as f32 - 15.0) * 0.07)
+                        .collect();
+                    f32_bytes(&a)
+                })
+                .collect();
+            let refs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+            let (mut o0, mut o1) = (vec![0f32; m], vec![0f32; m]);
+            rows2(n, &w0, &w1, &refs, &mut o0, &mut o1);
+            for (r, a) in acts.iter().enumerate() {
+                assert_eq!(
+                    o0[r].to_bits(),
+                    single(n, &w0, a).to_bits(),
+                    "m={m} row {r}"
+                );
+                assert_eq!(
+                    o1[r].to_bits(),
+                    single(n, &w1, a).to_bits(),
                     "m={m} row {r}"
                 );
             }
