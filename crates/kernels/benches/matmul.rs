@@ -1,7 +1,8 @@
 //! matmul: Q4_1 weights (576x576, 1536x576, 576x1536 as out x in) at m = 1 (decode) and
 //! m = 512 (prefill), the register-blocked path (`matmul`) against the pairwise baseline
 //! (`matmul_pairwise`), 2 threads; then each tile kernel variant the CPU has (AVX2, AVX-VNNI,
-//! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512. Run: `cargo bench -p oxllm-kernels
+//! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512; then the f32-activation output head
+//! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512. Run: `cargo bench -p oxllm-kernels
 //! --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -90,5 +91,33 @@ fn bench_tile_kernels(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_tile_kernels);
+fn bench_output_head(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(11);
+    let (n, k) = (49152, 576);
+    let rb = DType::Q8_0.row_bytes(k).unwrap();
+    let mut b: Vec<u8> = (0..n * rb).map(|_| (rng.next() % 200) as u8).collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for blk in b.chunks_exact_mut(34) {
+        blk[0..2].copy_from_slice(&scale);
+    }
+    let w = QMatrix::new(DType::Q8_0, n, k, b)
+        .unwrap()
+        .with_f32_activations();
+    let mut g = c.benchmark_group("output_head_q8_0_f32_acts");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(10);
+    for m in [1usize, 16] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+        let acts = quantize_acts(&pool, &x, m, k, DType::F32).unwrap();
+        let mut out = vec![0f32; m * n];
+        g.bench_function(format!("{n}x{k}_m{m}"), |b| {
+            b.iter(|| matmul(&pool, &w, &acts, &mut out).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_tile_kernels, bench_output_head);
 criterion_main!(benches);
