@@ -50,6 +50,12 @@ pub trait KvElem: Copy + Default + Send + Sync + 'static {
     const IS_F32: bool;
     fn from_f32(x: f32) -> Self;
     fn to_f32(self) -> f32;
+    /// `dst[i] = from_f32(src[i])`, vectorised where the type allows.
+    fn store_row(dst: &mut [Self], src: &[f32]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = Self::from_f32(x);
+        }
+    }
     /// Eight values at `p` as f32 lanes.
     ///
     /// # Safety
@@ -85,6 +91,11 @@ impl KvElem for half::f16 {
     fn to_f32(self) -> f32 {
         half::f16::to_f32(self)
     }
+    fn store_row(dst: &mut [half::f16], src: &[f32]) {
+        use half::slice::HalfFloatSliceExt;
+        // F16C's round-to-nearest-even where the CPU has it: the same bits as `from_f32`.
+        dst.convert_from_f32_slice(src);
+    }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load8(p: *const half::f16) -> std::arch::x86_64::__m256 {
@@ -109,10 +120,10 @@ pub fn store_kv<E: KvElem>(
         let dst = slot as usize * kv_width;
         let rows = [(&mut *k_cache, k), (&mut *v_cache, v)];
         for (cache, src) in rows {
-            let src = &src[t * kv_width..(t + 1) * kv_width];
-            for (d, &x) in cache[dst..dst + kv_width].iter_mut().zip(src) {
-                *d = E::from_f32(x);
-            }
+            E::store_row(
+                &mut cache[dst..dst + kv_width],
+                &src[t * kv_width..(t + 1) * kv_width],
+            );
         }
     }
 }
@@ -443,6 +454,20 @@ mod tests {
                 .zip(&alone)
                 .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "sequence {s} differs alone and among 12");
+        }
+    }
+
+    /// The vectorised f16 row store rounds exactly like the scalar conversion.
+    #[test]
+    fn f16_store_row_rounds_like_from_f32() {
+        let src: Vec<f32> = (0..77)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * [1e-3, 0.37, 61.0, 3e-6][i % 4])
+            .chain([65504.0, 70000.0, -1e-8, 0.0, -0.0])
+            .collect();
+        let mut got = vec![half::f16::ZERO; src.len()];
+        half::f16::store_row(&mut got, &src);
+        for (g, &x) in got.iter().zip(&src) {
+            assert_eq!(g.to_bits(), half::f16::from_f32(x).to_bits(), "{x}");
         }
     }
 
