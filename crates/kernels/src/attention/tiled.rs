@@ -162,12 +162,16 @@ fn tiled_items<E: KvElem>(
                 let first_pos = seq_len - q_len + (t0 - q_start);
                 let ctx_max = first_pos + 1 + (nq - 1) * step;
                 let table = &meta.block_tables[s * meta.block_table_stride..];
-                for (p, o) in offs[..ctx_max].iter_mut().enumerate() {
-                    let slot =
-                        table[p / meta.block_size] as usize * meta.block_size + p % meta.block_size;
-                    let off = slot * kv_width + kvh * head_dim;
-                    assert!(off + head_dim <= k_cache.len() && off + head_dim <= v_cache.len());
-                    *o = off;
+                // Block by block: no division per key, one bounds check per block.
+                let bs = meta.block_size;
+                let cache_len = k_cache.len().min(v_cache.len());
+                for (bi, chunk) in offs[..ctx_max].chunks_mut(bs).enumerate() {
+                    let first = table[bi] as usize * bs * kv_width + kvh * head_dim;
+                    let last = first + (chunk.len() - 1) * kv_width;
+                    assert!(last + head_dim <= cache_len, "K/V slot outside the cache");
+                    for (i, o) in chunk.iter_mut().enumerate() {
+                        *o = first + i * kv_width;
+                    }
                 }
                 // Query j: token t0 + j of head h, or head kvh*group + j of token t0.
                 let row_of = |j: usize| {
