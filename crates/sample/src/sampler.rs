@@ -16,6 +16,8 @@
 
 use std::cell::RefCell;
 
+use oxllm_kernels::ops::vexp::{exp_in_place, exp_ref};
+
 use crate::logprobs::{clean, log_sum_exp, top_n};
 use crate::penalties::Penalties;
 use crate::truncate::{self, Cand};
@@ -40,6 +42,8 @@ pub struct Sampled {
 struct Scratch {
     cands: Vec<Cand>,
     raw: Vec<f32>,
+    /// Softmax numerators of the whole vocabulary (no top-k).
+    weights: Vec<f32>,
 }
 
 thread_local! {
@@ -148,7 +152,7 @@ impl Sampler {
         let token = if self.params.is_greedy() {
             argmax(logits).ok_or(SampleError::NoCandidates)?
         } else {
-            self.draw(&mut scratch.cands, logits, u)?
+            self.draw(scratch, logits, u)?
         };
 
         let (logprob, top_logprobs) = match raw {
@@ -169,32 +173,65 @@ impl Sampler {
     }
 
     /// Temperature, top-k, top-p, min-p and the draw, over the (penalised) logits.
-    fn draw(&self, cands: &mut Vec<Cand>, logits: &[f32], u: f64) -> Result<u32, SampleError> {
-        let max = logits
-            .iter()
-            .map(|&x| clean(x))
-            .fold(f32::NEG_INFINITY, f32::max);
+    ///
+    /// Numerators are `exp((logit - max) / t)` by the vector `exp` (`vexp::exp_in_place`,
+    /// whose scalar and vector lanes agree bit for bit), so the max token weighs exactly 1 and a
+    /// draw does not depend on which path computed it. Without top-k every weight lands in one
+    /// flat buffer; without top-p/min-p the draw scans it directly, and with top-p only the
+    /// weights above a cut that provably holds the nucleus become candidates.
+    fn draw(&self, scratch: &mut Scratch, logits: &[f32], u: f64) -> Result<u32, SampleError> {
+        let max = max_clean(logits);
         if max == f32::NEG_INFINITY {
             return Err(SampleError::NoCandidates);
         }
-        cands.clear();
-        cands.extend(
-            logits
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| (i as u32, clean(x)))
-                .filter(|c| c.1 > f32::NEG_INFINITY),
-        );
-        if let Some(k) = self.params.effective_top_k() {
-            truncate::top_k(cands, k);
-        }
-        // Softmax numerators at this temperature; the max token gets weight exactly 1.
         let t = self.params.temperature;
-        for c in cands.iter_mut() {
-            c.1 = ((c.1 - max) / t).exp();
+        let cands = &mut scratch.cands;
+        cands.clear();
+        if let Some(k) = self.params.effective_top_k() {
+            cands.extend(
+                logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| (i as u32, clean(x)))
+                    .filter(|c| c.1 > f32::NEG_INFINITY),
+            );
+            truncate::top_k(cands, k);
+            for c in cands.iter_mut() {
+                c.1 = exp_ref((c.1 - max) / t);
+            }
+            cands.retain(|c| c.1 > 0.0);
+            truncate::top_p(cands, self.params.top_p);
+        } else {
+            let w = &mut scratch.weights;
+            w.clear();
+            w.extend(logits.iter().map(|&x| (clean(x) - max) / t));
+            exp_in_place(w);
+            let p = self.params.top_p;
+            if p >= 1.0 && self.params.min_p <= 0.0 {
+                return pick_weights(w, u).ok_or(SampleError::NoCandidates);
+            }
+            // The nucleus never reaches below a weight whose betters already hold its mass:
+            // candidates start at such a cut (the max weighs 1), not at the whole vocabulary.
+            let total: f64 = w.iter().map(|&x| x as f64).sum();
+            let target = p as f64 * total * (1.0 - 1e-6);
+            let above = |cut: f32| {
+                w.iter()
+                    .filter(|&&x| x > cut)
+                    .map(|&x| x as f64)
+                    .sum::<f64>()
+            };
+            let cut = [1e-3f32, 1e-6]
+                .into_iter()
+                .find(|&c| p < 1.0 && above(c) >= target)
+                .unwrap_or(0.0);
+            cands.extend(
+                w.iter()
+                    .enumerate()
+                    .filter(|(_, &x)| x > cut)
+                    .map(|(i, &x)| (i as u32, x)),
+            );
+            truncate::top_p_of(cands, p, total);
         }
-        cands.retain(|c| c.1 > 0.0);
-        truncate::top_p(cands, self.params.top_p);
         truncate::min_p(cands, self.params.min_p);
         truncate::pick(cands, u)
             .map(|c| c.0)
@@ -202,11 +239,8 @@ impl Sampler {
     }
 }
 
-/// Index of the largest logit, the first one among ties; `None` if none is above `-inf`.
-fn argmax(logits: &[f32]) -> Option<u32> {
-    // Two passes that vectorise (a running maximum per lane, then the first index holding
-    // it) instead of one branchy scan: the first index of the largest cleaned value, as
-    // `argmax_scalar`, several times faster over a 50k-entry vocabulary.
+/// The largest cleaned logit (`-inf` when none), in lanes that vectorise.
+fn max_clean(logits: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = logits.chunks_exact(LANES);
@@ -217,11 +251,32 @@ fn argmax(logits: &[f32]) -> Option<u32> {
             *m = if v > *m { v } else { *m };
         }
     }
-    let best =
-        lanes.iter().chain(tail).fold(
-            f32::NEG_INFINITY,
-            |m, &x| if clean(x) > m { clean(x) } else { m },
-        );
+    lanes.iter().chain(tail).fold(
+        f32::NEG_INFINITY,
+        |m, &x| if clean(x) > m { clean(x) } else { m },
+    )
+}
+
+/// [`truncate::pick`] over a flat weight per token id (zeros are never picked).
+fn pick_weights(w: &[f32], u: f64) -> Option<u32> {
+    let total: f64 = w.iter().map(|&x| x as f64).sum();
+    let r = u * total;
+    let mut acc = 0.0f64;
+    for (i, &x) in w.iter().enumerate() {
+        acc += x as f64;
+        if r < acc && x > 0.0 {
+            return Some(i as u32);
+        }
+    }
+    w.iter().rposition(|&x| x > 0.0).map(|i| i as u32)
+}
+
+/// Index of the largest logit, the first one among ties; `None` if none is above `-inf`.
+fn argmax(logits: &[f32]) -> Option<u32> {
+    // Two passes that vectorise (a running maximum per lane, then the first index holding
+    // it) instead of one branchy scan: the first index of the largest cleaned value, as
+    // `argmax_scalar`, several times faster over a 50k-entry vocabulary.
+    let best = max_clean(logits);
     if best == f32::NEG_INFINITY {
         return None;
     }
@@ -262,6 +317,65 @@ mod argmax_tests {
         #[test]
         fn vectorised_argmax_matches_the_scan(xs in prop::collection::vec(logit(), 0..70)) {
             prop_assert_eq!(argmax(&xs), argmax_scalar(&xs));
+        }
+    }
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The draw as a plain pipeline over the whole vocabulary: every candidate, top-k, the same
+    /// `exp`, top-p over all survivors, min-p, pick.
+    fn draw_reference(params: &SamplingParams, logits: &[f32], u: f64) -> Option<u32> {
+        let max = logits
+            .iter()
+            .map(|&x| clean(x))
+            .fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return None;
+        }
+        let mut cands: Vec<Cand> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (i as u32, clean(x)))
+            .filter(|c| c.1 > f32::NEG_INFINITY)
+            .collect();
+        if let Some(k) = params.effective_top_k() {
+            truncate::top_k(&mut cands, k);
+        }
+        for c in cands.iter_mut() {
+            c.1 = exp_ref((c.1 - max) / params.temperature);
+        }
+        cands.retain(|c| c.1 > 0.0);
+        truncate::top_p(&mut cands, params.top_p);
+        truncate::min_p(&mut cands, params.min_p);
+        truncate::pick(&cands, u).map(|c| c.0)
+    }
+
+    proptest! {
+        /// The flat-buffer draw with its nucleus cut picks exactly the token the plain
+        /// pipeline picks, for every parameter mix.
+        #[test]
+        fn fast_draw_matches_the_plain_pipeline(
+            logits in prop::collection::vec(-30f32..10.0, 1..300),
+            temperature in 0.05f32..2.0,
+            top_p in prop_oneof![Just(1.0f32), 0.01f32..1.0],
+            top_k in prop_oneof![Just(None), (1usize..50).prop_map(Some)],
+            min_p in prop_oneof![Just(0.0f32), 0.0f32..0.5],
+            u in 0.0f64..1.0,
+        ) {
+            let params = SamplingParams {
+                temperature,
+                top_p,
+                top_k,
+                min_p,
+                ..SamplingParams::greedy()
+            };
+            let sampler = Sampler::new(&params, 1).unwrap();
+            let got = sampler.draw(&mut Scratch::default(), &logits, u).ok();
+            prop_assert_eq!(got, draw_reference(&params, &logits, u));
         }
     }
 }

@@ -35,11 +35,18 @@ const TOP_P_SORT_BELOW: usize = 64;
 /// short of the target, else recurse into it; expected linear time, no full sort. The kept set is
 /// exactly the prefix a full sort by [`desc`] would keep.
 pub(crate) fn top_p(cands: &mut Vec<Cand>, p: f32) {
+    let total: f64 = cands.iter().map(|c| c.1 as f64).sum();
+    top_p_of(cands, p, total);
+}
+
+/// [`top_p`] against a mass `total` taken over a larger set than `cands` (which must hold
+/// every candidate the full set's nucleus can contain, e.g. all weights above a cut whose mass
+/// alone reaches `p * total`).
+pub(crate) fn top_p_of(cands: &mut Vec<Cand>, p: f32, total: f64) {
     let len = cands.len();
     if p >= 1.0 || len <= 1 {
         return;
     }
-    let total: f64 = cands.iter().map(|c| c.1 as f64).sum();
     // A relative slack of 1e-6 absorbs f32 rounding, so a set whose mass is p on paper counts.
     let target = p as f64 * total * (1.0 - 1e-6);
     // Invariant: cands[..lo] are kept (mass `before`), the cut lies in cands[lo..hi], and
