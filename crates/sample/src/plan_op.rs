@@ -7,6 +7,9 @@
 //! the same [`Sampler::sample`] an eager step runs, so replay and eager draw identical tokens.
 //! Padded rows are inactive and produce [`NO_TOKEN`].
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use oxllm_kernels::pool::SharedMut;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
 use crate::{SampleError, Sampled, Sampler, SamplingError, SamplingParams};
@@ -59,27 +62,56 @@ impl Op for SampleOp {
         "sample"
     }
 
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let mut logits = mem.f32_mut(name, self.logits)?;
         let mut rows = mem.host_mut::<SampleRows>(name, self.rows)?;
         let mut ids = mem.u32_mut(name, self.token_ids)?;
         let vocab = self.vocab.max(1);
-        for ((row, id), row_logits) in rows
-            .rows
-            .iter_mut()
-            .zip(ids.iter_mut())
-            .zip(logits.chunks_exact_mut(vocab))
-        {
+        let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
+        let sample_row = |row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
             if !row.active {
                 *id = NO_TOKEN;
                 row.result = None;
-                continue;
+                return;
             }
             let result = row.sampler.sample(row_logits, &row.prompt, &row.output);
             *id = result.as_ref().map_or(NO_TOKEN, |s| s.token);
             row.result = Some(result);
+        };
+        let active = rows.rows[..n].iter().filter(|r| r.active).count();
+        if cx.reference || active <= 1 {
+            for ((row, id), row_logits) in rows.rows[..n]
+                .iter_mut()
+                .zip(ids.iter_mut())
+                .zip(logits.chunks_exact_mut(vocab))
+            {
+                sample_row(row, id, row_logits);
+            }
+            return Ok(());
         }
+        // Rows are independent (each has its own sampler and RNG), so they spread over the
+        // pool; a row's draw does not depend on which thread takes it.
+        let (rows_p, ids_p) = (
+            SharedMut::new(&mut rows.rows[..n]),
+            SharedMut::new(&mut ids[..n]),
+        );
+        let logits_p = SharedMut::new(&mut logits[..n * vocab]);
+        let next = AtomicUsize::new(0);
+        cx.pool.run_dynamic(|_, _| loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            // SAFETY: row i (its state, id and logits) is claimed by exactly one thread.
+            unsafe {
+                sample_row(
+                    &mut rows_p.slice(i, 1)[0],
+                    &mut ids_p.slice(i, 1)[0],
+                    logits_p.slice(i * vocab, vocab),
+                )
+            };
+        });
         Ok(())
     }
 }
