@@ -237,7 +237,27 @@ impl<E: KvElem> Tile<'_, E> {
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
             let krow = self.block(self.k, p0, p1, wide);
-            for (j, &qp) in qs.iter().enumerate().take(nq) {
+            // Heads of one token (decode) see the same keys: two at a time share each K load.
+            let mut j0 = 0;
+            if self.ctx_step == 0 {
+                let pe = p1.min(self.first_ctx);
+                while j0 + 1 < nq {
+                    let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                    let mut p = p0;
+                    while p < pe {
+                        let ks: [*const f32; 4] =
+                            std::array::from_fn(|u| krow((p + u).min(pe - 1)));
+                        let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
+                        for u in 0..(pe - p).min(4) {
+                            *rows.0.add(p + u) = d0[u] * self.scale;
+                            *rows.1.add(p + u) = d1[u] * self.scale;
+                        }
+                        p += 4;
+                    }
+                    j0 += 2;
+                }
+            }
+            for (j, &qp) in qs.iter().enumerate().take(nq).skip(j0) {
                 let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 let row = sc.add(j * self.stride);
                 let mut p = p0;
@@ -260,7 +280,26 @@ impl<E: KvElem> Tile<'_, E> {
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
             let vrow = self.block(self.v, p0, p1, wide);
-            for (j, &op) in outs.iter().enumerate().take(nq) {
+            let mut j0 = 0;
+            if self.ctx_step == 0 && p0 < self.first_ctx {
+                // Decode heads: two outputs share each V load (same lane chains as `axpy`).
+                let pe = p1.min(self.first_ctx);
+                while j0 + 1 < nq {
+                    let o = (outs[j0], outs[j0 + 1]);
+                    let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                    let mut d0 = 0;
+                    while d0 + 32 <= hd {
+                        axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
+                        d0 += 32;
+                    }
+                    while d0 < hd {
+                        axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
+                        d0 += 8;
+                    }
+                    j0 += 2;
+                }
+            }
+            for (j, &op) in outs.iter().enumerate().take(nq).skip(j0) {
                 let pe = p1.min(self.first_ctx + j * self.ctx_step);
                 if pe <= p0 {
                     continue;
@@ -334,6 +373,72 @@ unsafe fn axpy<const NC: usize>(
     }
 }
 
+/// [`axpy`] for two outputs with their own weights over the same rows: each lane runs the
+/// same fma chain it runs in `axpy`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy2<const NC: usize>(
+    o: (*mut f32, *mut f32),
+    w: (*const f32, *const f32),
+    p0: usize,
+    pe: usize,
+    row: impl Fn(usize) -> *const f32,
+) {
+    let mut a0: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.0.add(8 * c)));
+    let mut a1: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.1.add(8 * c)));
+    for p in p0..pe {
+        let (w0, w1) = (_mm256_set1_ps(*w.0.add(p)), _mm256_set1_ps(*w.1.add(p)));
+        let vr = row(p);
+        for c in 0..NC {
+            let v = _mm256_loadu_ps(vr.add(8 * c));
+            a0[c] = _mm256_fmadd_ps(w0, v, a0[c]);
+            a1[c] = _mm256_fmadd_ps(w1, v, a1[c]);
+        }
+    }
+    for c in 0..NC {
+        _mm256_storeu_ps(o.0.add(8 * c), a0[c]);
+        _mm256_storeu_ps(o.1.add(8 * c), a1[c]);
+    }
+}
+
+/// [`dot4`] of two queries against the same four keys, sharing each key load; every
+/// (query, key) result has `dot4`'s bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot4x2(
+    q0: *const f32,
+    q1: *const f32,
+    k: [*const f32; 4],
+    hd: usize,
+) -> ([f32; 4], [f32; 4]) {
+    let mut a0 = [_mm256_setzero_ps(); 4];
+    let mut a1 = [_mm256_setzero_ps(); 4];
+    let mut d = 0;
+    while d < hd {
+        let (x0, x1) = (_mm256_loadu_ps(q0.add(d)), _mm256_loadu_ps(q1.add(d)));
+        for u in 0..4 {
+            let kv = _mm256_loadu_ps(k[u].add(d));
+            a0[u] = _mm256_fmadd_ps(x0, kv, a0[u]);
+            a1[u] = _mm256_fmadd_ps(x1, kv, a1[u]);
+        }
+        d += 8;
+    }
+    (reduce4(a0), reduce4(a1))
+}
+
+/// The per-key sums of four accumulators: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn reduce4(acc: [__m256; 4]) -> [f32; 4] {
+    let h01 = _mm256_hadd_ps(acc[0], acc[1]);
+    let h23 = _mm256_hadd_ps(acc[2], acc[3]);
+    let h = _mm256_hadd_ps(h01, h23);
+    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let mut r = [0f32; 4];
+    _mm_storeu_ps(r.as_mut_ptr(), s);
+    r
+}
+
 /// Dots of `q` with four key rows (`hd` floats each, `hd % 8 == 0`): one fma chain per key over
 /// 8-lane chunks, then the same pairwise reduction tree for every key.
 #[inline]
@@ -348,12 +453,64 @@ unsafe fn dot4(q: *const f32, k: [*const f32; 4], hd: usize) -> [f32; 4] {
         }
         d += 8;
     }
-    // Lanes per key: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
-    let h01 = _mm256_hadd_ps(acc[0], acc[1]);
-    let h23 = _mm256_hadd_ps(acc[2], acc[3]);
-    let h = _mm256_hadd_ps(h01, h23);
-    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-    let mut r = [0f32; 4];
-    _mm_storeu_ps(r.as_mut_ptr(), s);
-    r
+    reduce4(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, m: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * m % 97) as f32 - 48.0) * 0.013)
+            .collect()
+    }
+
+    /// The two-query forms give each query exactly the single-query bits.
+    #[test]
+    fn paired_queries_match_single_queries_bit_for_bit() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("AVX2+FMA not available");
+            return;
+        }
+        let hd = 72;
+        let (q0, q1) = (data(hd, 7), data(hd, 11));
+        let keys: Vec<Vec<f32>> = (0..4).map(|u| data(hd, 13 + u)).collect();
+        let k: [*const f32; 4] = std::array::from_fn(|u| keys[u].as_ptr());
+        // SAFETY: features checked; every pointer addresses hd floats.
+        let (pair, single) = unsafe {
+            (
+                dot4x2(q0.as_ptr(), q1.as_ptr(), k, hd),
+                (dot4(q0.as_ptr(), k, hd), dot4(q1.as_ptr(), k, hd)),
+            )
+        };
+        assert_eq!(pair.0.map(f32::to_bits), single.0.map(f32::to_bits));
+        assert_eq!(pair.1.map(f32::to_bits), single.1.map(f32::to_bits));
+
+        let rows: Vec<Vec<f32>> = (0..9).map(|p| data(hd, 17 + p)).collect();
+        let (w0, w1) = (data(9, 3), data(9, 5));
+        let (mut a, mut b) = (data(hd, 19), data(hd, 23));
+        let (mut a1, mut b1) = (a.clone(), b.clone());
+        // SAFETY: as above; outputs hold hd floats, weights 9.
+        unsafe {
+            let row = |p: usize| rows[p].as_ptr();
+            axpy2::<4>(
+                (a.as_mut_ptr(), b.as_mut_ptr()),
+                (w0.as_ptr(), w1.as_ptr()),
+                2,
+                9,
+                row,
+            );
+            axpy::<4>(a1.as_mut_ptr(), w0.as_ptr(), 2, 9, row);
+            axpy::<4>(b1.as_mut_ptr(), w1.as_ptr(), 2, 9, row);
+        }
+        assert_eq!(
+            a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            a1.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            b1.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
 }
