@@ -1,5 +1,5 @@
-//! The dense models' step executor on a runtime backend: captured plans per bucket, eager
-//! otherwise.
+//! The step executor on a runtime backend, for dense and hybrid models alike: captured plans
+//! per bucket, eager otherwise.
 //!
 //! Buckets: decode steps (every sequence computes one token) of 1, 2, 4, 8, then multiples of 8
 //! up to `max_num_seqs`, padded up with empty sequences; single-sequence prefill chunks padded
@@ -10,12 +10,20 @@
 //! At start-up each bucket is captured once, largest first, after one warm pass of the largest
 //! decode and prefill shapes fills the buffer pool they share; a bucket whose capture fails is
 //! logged once and runs eager. Replay and eager run the same ops, so they produce the same bits.
+//!
+//! Hybrid models add their recurrent-state pool as persistent buffers and the scheduler's
+//! state slots, restores and checkpoints as step inputs of fixed capacity; padded sequences get
+//! slot `u32::MAX` and restore -1, unused checkpoint entries row `u32::MAX`, so padding advances
+//! no state (see `oxllm_models::graph::record_hybrid_forward`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers, StepView};
-use oxllm_models::{LlamaModel, ModelError};
+use oxllm_models::graph::{
+    record_dense_forward, record_hybrid_forward, KvBuffers, StateBuffers, StepBuffers, StepView,
+};
+use oxllm_models::hybrid::HybridModel;
+use oxllm_models::{LlamaModel, Model, ModelError, ModelKind};
 use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, ReferenceBackend};
 use oxllm_sample::plan_op::{SampleOp, SampleRows};
 use oxllm_sched::BatchArrays;
@@ -50,9 +58,15 @@ struct Bucket {
     plan: Plan,
 }
 
+/// Which forward the executor records, with what it needs beyond the K/V buffers.
+enum Forward {
+    Dense(Arc<LlamaModel>),
+    Hybrid(Arc<HybridModel>, StateBuffers),
+}
+
 pub(crate) struct GraphExec {
     backend: Box<dyn Backend + Send>,
-    model: Arc<LlamaModel>,
+    forward: Forward,
     kv: KvBuffers,
     inputs: StepBuffers,
     sample_rows: BufRef,
@@ -91,16 +105,13 @@ pub fn prefill_buckets(max_tokens: usize) -> Vec<usize> {
 }
 
 impl GraphExec {
-    pub(crate) fn new(
-        model: Arc<LlamaModel>,
-        cfg: &RunnerConfig,
-    ) -> Result<GraphExec, EngineError> {
+    pub(crate) fn new(model: &Model, cfg: &RunnerConfig) -> Result<GraphExec, EngineError> {
         let RunnerConfig {
             num_blocks,
             block_size,
             threads,
             max_seqs,
-            state_slots: _,
+            state_slots,
             max_tokens,
             max_model_len,
             plan: mode,
@@ -115,6 +126,18 @@ impl GraphExec {
         let stride = max_model_len.div_ceil(block_size.max(1)).max(1);
         let max_tokens = max_tokens.max(max_seqs);
         let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
+        let (forward, kv_layers) = match &model.kind {
+            ModelKind::Dense(m) => (Forward::Dense(Arc::clone(m)), m.layers.len()),
+            ModelKind::Hybrid(m) => {
+                let states =
+                    StateBuffers::alloc(backend.as_mut(), m, state_slots, max_seqs, max_tokens)
+                        .map_err(rt)?;
+                (
+                    Forward::Hybrid(Arc::clone(m), states),
+                    m.config.base.kv_layers,
+                )
+            }
+        };
         let kv_kind = match kv_dtype {
             KvCacheDtype::F16 => BufKind::F16,
             _ => BufKind::F32,
@@ -122,7 +145,7 @@ impl GraphExec {
         let kv = KvBuffers::alloc_of(
             backend.as_mut(),
             kv_kind,
-            model.layers.len(),
+            kv_layers,
             num_blocks,
             block_size,
             kv_width,
@@ -137,7 +160,7 @@ impl GraphExec {
         let sampled_ids = backend.alloc_persistent(BufKind::U32, rows).map_err(rt)?;
         let mut exec = GraphExec {
             backend,
-            model,
+            forward,
             kv,
             inputs,
             sample_rows,
@@ -156,6 +179,14 @@ impl GraphExec {
         self.kv.num_slots()
     }
 
+    /// Recurrent-state slots (hybrid models; 0 otherwise).
+    pub(crate) fn num_state_slots(&self) -> usize {
+        match &self.forward {
+            Forward::Dense(_) => 0,
+            Forward::Hybrid(_, states) => states.num_slots,
+        }
+    }
+
     fn view(&self, kind: BucketKind, size: usize) -> Option<StepView> {
         match kind {
             BucketKind::Decode => self.inputs.view(size, size, size),
@@ -165,7 +196,11 @@ impl GraphExec {
 
     /// Launches the forward of `view` and the sampling of its logits rows.
     fn record(&mut self, view: &StepView) -> Result<(), ModelError> {
-        let logits = record_dense_forward(self.backend.as_mut(), &self.model, view, &self.kv)?;
+        let b = self.backend.as_mut();
+        let logits = match &self.forward {
+            Forward::Dense(m) => record_dense_forward(b, m, view, &self.kv)?,
+            Forward::Hybrid(m, states) => record_hybrid_forward(b, m, view, &self.kv, states)?,
+        };
         self.backend.launch(Box::new(SampleOp {
             logits,
             rows: self.sample_rows,
@@ -424,16 +459,29 @@ impl GraphExec {
                     .copy_from_slice(&arrays.block_tables[s * src_stride..(s + 1) * src_stride]);
             }
         }
-        let mut idx = mem.u32_mut(OP, view.logits_indices).map_err(rt)?;
-        match bucket {
-            // Every decode row has logits (inactive rows are not sampled).
-            Some(BucketKind::Decode) => {
-                for (i, v) in idx.iter_mut().enumerate() {
-                    *v = if i < n { i as u32 } else { 0 };
+        {
+            let mut idx = mem.u32_mut(OP, view.logits_indices).map_err(rt)?;
+            match bucket {
+                // Every decode row has logits (inactive rows are not sampled).
+                Some(BucketKind::Decode) => {
+                    for (i, v) in idx.iter_mut().enumerate() {
+                        *v = if i < n { i as u32 } else { 0 };
+                    }
                 }
+                Some(BucketKind::Prefill) => idx[0] = n.saturating_sub(1) as u32,
+                None => idx.copy_from_slice(&arrays.logits_indices),
             }
-            Some(BucketKind::Prefill) => idx[0] = n.saturating_sub(1) as u32,
-            None => idx.copy_from_slice(&arrays.logits_indices),
+        }
+        if let Forward::Hybrid(_, states) = &self.forward {
+            states
+                .write_inputs(
+                    self.backend.as_mut(),
+                    &arrays.state_slots,
+                    &arrays.restore_slots,
+                    &arrays.checkpoint_rows,
+                    &arrays.checkpoint_slots,
+                )
+                .map_err(rt)?;
         }
         Ok(())
     }

@@ -1,17 +1,13 @@
 //! The model runner: turns a scheduler output into the model's inputs, runs the step, and
 //! samples each sampling row with its request's own sampler.
 //!
-//! Dense models run on a runtime backend ([`crate::plans`]): captured plans per bucket where
-//! one serves the step, eager ops otherwise; sampling happens inside the step. Hybrid models run
-//! their direct forward on a [`KvCache`] and are sampled on the host; the scheduler's output
-//! names each sequence's recurrent-state slot (and the checkpoints to restore or take), which
-//! the runner passes on.
-
-use std::sync::Arc;
+//! Every model runs on a runtime backend ([`crate::plans`]): captured plans per bucket where
+//! one serves the step, eager ops otherwise; sampling happens inside the step. For hybrid
+//! models the scheduler's output names each sequence's recurrent-state slot (and the
+//! checkpoints to restore or take), which the runner passes on as step inputs.
 
 use oxllm_kernels::attention::AttnMetadata;
-use oxllm_kernels::pool::ThreadPool;
-use oxllm_models::{ForwardBatch, KvCache, Model};
+use oxllm_models::{ForwardBatch, Model, ModelError};
 use oxllm_runtime::OpProfile;
 use oxllm_sample::{SampleError, Sampled, Sampler};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
@@ -53,51 +49,20 @@ pub(crate) struct RunnerConfig {
     pub kv_dtype: KvCacheDtype,
 }
 
-enum Exec {
-    Graph(Box<GraphExec>),
-    Direct(Box<Direct>),
-}
-
-/// The direct forward of models without plans (hybrids).
-struct Direct {
-    kv: KvCache,
-    pool: ThreadPool,
-}
-
 pub struct ModelRunner {
-    model: Model,
     block_size: usize,
-    exec: Exec,
+    exec: Box<GraphExec>,
     counts: StepCounts,
     report: PlanReport,
 }
 
 impl ModelRunner {
     pub(crate) fn new(model: Model, cfg: RunnerConfig) -> Result<Self, EngineError> {
-        let mut report = PlanReport::default();
-        let exec = match model.dense_shared() {
-            Some(dense) => {
-                let g = GraphExec::new(Arc::clone(dense), &cfg)?;
-                report = g.report.clone();
-                Exec::Graph(Box::new(g))
-            }
-            None => {
-                if cfg.plan == PlanMode::Captured {
-                    let msg = "captured plans are not available for hybrid models yet: every step runs eager";
-                    eprintln!("oxllm: {msg}");
-                    report.failed.push(msg.to_string());
-                }
-                let kv = model.new_cache(cfg.num_blocks, cfg.block_size, cfg.state_slots);
-                Exec::Direct(Box::new(Direct {
-                    kv,
-                    pool: ThreadPool::new(cfg.threads),
-                }))
-            }
-        };
+        let exec = GraphExec::new(&model, &cfg)?;
+        let report = exec.report.clone();
         Ok(ModelRunner {
-            model,
             block_size: cfg.block_size,
-            exec,
+            exec: Box::new(exec),
             counts: StepCounts::default(),
             report,
         })
@@ -135,34 +100,21 @@ impl ModelRunner {
                 arrays.sample_req_ids.len()
             )));
         }
-        let outcomes = match &mut self.exec {
-            Exec::Graph(g) => {
-                let num_slots = g.num_slots();
-                batch_of(&arrays, self.block_size)
-                    .validate(num_slots, self.block_size)
-                    .map_err(|e| EngineError::Model(oxllm_models::ModelError::InvalidBatch(e)))?;
-                let (replayed, outcomes) = g.run(&arrays, jobs, profile)?;
-                if replayed {
-                    self.counts.replayed += 1;
-                } else {
-                    self.counts.eager += 1;
-                }
-                outcomes
-            }
-            Exec::Direct(d) => {
-                let batch = batch_of(&arrays, self.block_size);
-                let mut logits = self.model.forward(&d.pool, &batch, &mut d.kv)?;
-                self.counts.eager += 1;
-                let vocab = self.model.config.vocab_size;
-                jobs.iter_mut()
-                    .zip(logits.chunks_exact_mut(vocab.max(1)))
-                    .map(|(job, row)| {
-                        job.as_mut()
-                            .map(|j| j.sampler.sample(row, j.prompt, j.output))
-                    })
-                    .collect()
-            }
-        };
+        let g = &mut self.exec;
+        let batch = batch_of(&arrays, self.block_size);
+        batch
+            .validate(g.num_slots(), self.block_size)
+            .map_err(|e| EngineError::Model(ModelError::InvalidBatch(e)))?;
+        if g.num_state_slots() > 0 {
+            oxllm_models::hybrid::validate_state_slots(&batch, g.num_state_slots())
+                .map_err(EngineError::Model)?;
+        }
+        let (replayed, outcomes) = g.run(&arrays, jobs, profile)?;
+        if replayed {
+            self.counts.replayed += 1;
+        } else {
+            self.counts.eager += 1;
+        }
         Ok((arrays, outcomes))
     }
 }

@@ -1,7 +1,9 @@
 //! Captured plans against eager steps, bit for bit: greedy ids of batches of 1..12 requests
 //! whose prompts cross several prefill buckets, with prefix hits and chunked prefill, on
-//! SmolLM2 Q4_1 and the tiny f32 Llama; and the reference backend (scalar, no capture) agrees
-//! with the CPU backend while running every step eager.
+//! SmolLM2 Q4_1, the tiny f32 Llama and the tiny f32 hybrids (Qwen3.5, Qwen3-Next, Qwen3-MoE:
+//! recurrent state restored from checkpoints on prefix hits, carried across prefill chunks,
+//! masked in padded buckets); and the reference backend (scalar, no capture) agrees with the
+//! CPU backend while running every step eager.
 
 use std::path::{Path, PathBuf};
 
@@ -150,6 +152,27 @@ fn check_eager_equals_captured(path: &Path, max_tokens: usize) {
 #[test]
 fn tiny_f32_eager_and_captured_agree_bit_for_bit() {
     check_eager_equals_captured(&tiny_llama(), 8);
+}
+
+fn tiny(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny")
+        .join(dir)
+}
+
+#[test]
+fn tiny_qwen3_5_eager_and_captured_agree_bit_for_bit() {
+    check_eager_equals_captured(&tiny("qwen3.5-f32"), 8);
+}
+
+#[test]
+fn tiny_qwen3_next_eager_and_captured_agree_bit_for_bit() {
+    check_eager_equals_captured(&tiny("qwen3-next-f32"), 8);
+}
+
+#[test]
+fn tiny_qwen3_moe_eager_and_captured_agree_bit_for_bit() {
+    check_eager_equals_captured(&tiny("qwen3-moe-f32"), 8);
 }
 
 #[test]

@@ -1,11 +1,15 @@
 //! A captured decode plan (forward + sampling) replays without a single heap allocation, on
-//! any thread, counted by a global allocator around the replay.
+//! any thread, counted by a global allocator around the replay: SmolLM2 (dense) and the tiny
+//! hybrids (Gated DeltaNet, gated attention, MoE).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
-use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers};
+use oxllm_models::graph::{
+    record_dense_forward, record_hybrid_forward, KvBuffers, StateBuffers, StepBuffers,
+};
 use oxllm_models::load_model;
 use oxllm_runtime::{Backend, BufKind, CpuBackend};
 use oxllm_sample::plan_op::{SampleOp, SampleRows};
@@ -20,6 +24,13 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
+            COUNTING.store(false, Ordering::SeqCst);
+            eprintln!(
+                "ALLOC {} {}",
+                layout.size(),
+                std::backtrace::Backtrace::force_capture()
+            );
+            COUNTING.store(true, Ordering::SeqCst);
         }
         unsafe { System.alloc(layout) }
     }
@@ -33,6 +44,12 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// The counter is global to the process, so the tests count one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Replays before counting in the hybrid test.
+const WARM_REPLAYS: usize = 256;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -52,6 +69,7 @@ fn write_u32(b: &mut dyn Backend, buf: oxllm_runtime::BufRef, data: &[u32]) {
 
 #[test]
 fn replaying_a_captured_decode_plan_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_, model) = load_model(&smollm2()).unwrap();
     let model = model.dense_shared().unwrap().clone();
     let (seqs, block_size, num_blocks, stride) = (4usize, 16usize, 64usize, 8usize);
@@ -153,4 +171,113 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
         .iter()
         .all(|&t| (t as usize) < model.config.vocab_size));
     assert_eq!(allocs, 0, "replay allocated {allocs} times");
+}
+
+fn tiny(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny")
+        .join(dir)
+}
+
+/// A hybrid decode plan (Gated DeltaNet with its states, gated attention, MoE with routing
+/// inside the op, sampling) replays without allocating, with restores and a checkpoint in
+/// the step inputs so those paths run too.
+fn hybrid_decode_replay_allocates_nothing(dir: &str) {
+    let (_, model) = load_model(&tiny(dir)).unwrap();
+    let model = model.hybrid_shared().unwrap().clone();
+    let c = &model.config.base;
+    let (seqs, block_size, num_blocks, stride, slots) = (4usize, 16usize, 64usize, 8usize, 8);
+    let mut b = CpuBackend::new(2);
+    let kv = KvBuffers::alloc(&mut b, c.kv_layers, num_blocks, block_size, c.kv_width()).unwrap();
+    let states = StateBuffers::alloc(&mut b, &model, slots, seqs, 64).unwrap();
+    let inputs = StepBuffers::alloc(&mut b, 64, seqs, stride).unwrap();
+    let rows = b
+        .alloc_host(Box::new(SampleRows::new(seqs).unwrap()))
+        .unwrap();
+    let ids = b.alloc_persistent(BufKind::U32, seqs).unwrap();
+    let view = inputs.view(seqs, seqs, seqs).unwrap();
+    let vocab = c.vocab_size;
+    let record = |b: &mut CpuBackend| {
+        let logits = record_hybrid_forward(b, &model, &view, &kv, &states).unwrap();
+        b.launch(Box::new(SampleOp {
+            logits,
+            rows,
+            token_ids: ids,
+            vocab,
+        }))
+        .unwrap();
+        b.release(logits);
+    };
+    b.warm_step().unwrap();
+    record(&mut b);
+    b.end_step();
+    b.begin_capture().unwrap();
+    record(&mut b);
+    let plan = b.end_capture().unwrap();
+
+    let tokens: Vec<u32> = (0..seqs as u32).map(|s| 10 + 37 * s).collect();
+    let positions: Vec<u32> = (0..seqs as u32).map(|s| 3 + s).collect();
+    let slot_map: Vec<i32> = (0..seqs as i32)
+        .map(|s| (s + 1) * block_size as i32 + 3 + s)
+        .collect();
+    let qsl: Vec<u32> = (0..=seqs as u32).collect();
+    let lens: Vec<u32> = positions.iter().map(|p| p + 1).collect();
+    let mut tables = vec![0u32; seqs * stride];
+    for s in 0..seqs {
+        tables[s * stride] = s as u32 + 1;
+    }
+    write_u32(&mut b, view.token_ids, &tokens);
+    write_u32(&mut b, view.positions, &positions);
+    {
+        let mem = b.host_access("test", true).unwrap();
+        mem.i32_mut("test", view.slot_mapping)
+            .unwrap()
+            .copy_from_slice(&slot_map);
+    }
+    write_u32(&mut b, view.query_start_loc, &qsl);
+    write_u32(&mut b, view.seq_lens, &lens);
+    write_u32(&mut b, view.block_tables, &tables);
+    write_u32(
+        &mut b,
+        view.logits_indices,
+        &(0..seqs as u32).collect::<Vec<_>>(),
+    );
+    // Sequence 1 restores from slot 6; sequence 2's state is checkpointed into slot 7.
+    states
+        .write_inputs(&mut b, &[0, 1, 2, 3], &[-1, 6, -1, -1], &[2], &[7])
+        .unwrap();
+    {
+        let mem = b.host_access("test", true).unwrap();
+        let mut r = mem.host_mut::<SampleRows>("test", rows).unwrap();
+        for row in r.rows.iter_mut() {
+            row.active = true;
+            row.sampler = Sampler::new(&SamplingParams::greedy(), 1).unwrap();
+        }
+    }
+    // Warm replays let the per-thread kernel scratch reach its sizes on every pool thread:
+    // which thread takes which attention tile varies from replay to replay, and a tiny model
+    // has few attention layers per replay, so a thread may go several replays without one.
+    for _ in 0..WARM_REPLAYS {
+        b.replay(&plan).unwrap();
+    }
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        b.replay(&plan).unwrap();
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    let allocs = ALLOCS.load(Ordering::SeqCst);
+    let mem = b.host_access("test", false).unwrap();
+    let sampled = mem.u32("test", ids).unwrap().to_vec();
+    assert!(sampled.iter().all(|&t| (t as usize) < vocab));
+    assert_eq!(allocs, 0, "{dir}: replay allocated {allocs} times");
+}
+
+#[test]
+fn replaying_a_hybrid_decode_plan_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One test runs the fixtures in turn: the allocation counter is global to the process.
+    for dir in ["qwen3-next-f32", "qwen3.5-f32", "qwen3-moe-f32"] {
+        hybrid_decode_replay_allocates_nothing(dir);
+    }
 }

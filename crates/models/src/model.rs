@@ -15,8 +15,8 @@ pub enum ModelKind {
     /// Llama, Mistral-style, Qwen2, Qwen3 dense.
     /// Shared so that recorded plans can hold the weights they read.
     Dense(Arc<LlamaModel>),
-    /// Qwen3-Next, Qwen3.5, Qwen3-MoE.
-    Hybrid(Box<HybridModel>),
+    /// Qwen3-Next, Qwen3.5, Qwen3-MoE (shared for the same reason).
+    Hybrid(Arc<HybridModel>),
 }
 
 pub struct Model {
@@ -37,7 +37,7 @@ impl From<HybridModel> for Model {
     fn from(m: HybridModel) -> Model {
         Model {
             config: m.config.base.clone(),
-            kind: ModelKind::Hybrid(Box::new(m)),
+            kind: ModelKind::Hybrid(Arc::new(m)),
         }
     }
 }
@@ -109,9 +109,19 @@ impl Model {
         }
     }
 
+    /// The shared hybrid model, for building plans that hold its weights.
+    pub fn hybrid_shared(&self) -> Option<&Arc<HybridModel>> {
+        match &self.kind {
+            ModelKind::Hybrid(m) => Some(m),
+            ModelKind::Dense(_) => None,
+        }
+    }
+
+    /// Mutable access while no plan shares the model yet (`None` for dense models or once
+    /// the weights are shared).
     pub fn hybrid_mut(&mut self) -> Option<&mut HybridModel> {
         match &mut self.kind {
-            ModelKind::Hybrid(m) => Some(m.as_mut()),
+            ModelKind::Hybrid(m) => Arc::get_mut(m),
             ModelKind::Dense(_) => None,
         }
     }

@@ -169,11 +169,11 @@ fn norm(
 /// Quantizes `input` (`rows x cols`) once per distinct activation format and launches the `N`
 /// products in one op; returns the fresh output buffers of `out_lens` elements.
 #[allow(clippy::too_many_arguments)]
-fn project<const N: usize>(
+pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
     b: &mut dyn Backend,
-    model: &Arc<LlamaModel>,
+    model: &Arc<M>,
     layer: usize,
-    mats: [(MatPick, Option<VecPick>); N],
+    mats: [(MatPick<M>, Option<VecPick<M>>); N],
     input: BufRef,
     rows: usize,
     cols: usize,

@@ -1,4 +1,4 @@
-//! The dense (Llama-family) forward as ops on a runtime [`Backend`](oxllm_runtime::Backend).
+//! The dense (Llama-family) and hybrid (`hybrid`) forwards as ops on a runtime [`Backend`](oxllm_runtime::Backend).
 //!
 //! [`record_dense_forward`] launches one step's ops over step-input buffers ([`StepView`]) and
 //! the paged K/V buffers ([`KvBuffers`]). On an eager step the ops run as they are launched;
@@ -10,7 +10,14 @@
 
 mod buffers;
 mod dense;
+mod gdn_op;
+mod hybrid;
+mod hybrid_ops;
+mod moe_op;
 mod ops;
+mod states;
 
 pub use buffers::{KvBuffers, StepBuffers, StepView};
 pub use dense::record_dense_forward;
+pub use hybrid::record_hybrid_forward;
+pub use states::{StateBuffers, NO_ENTRY};

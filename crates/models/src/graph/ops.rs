@@ -16,9 +16,9 @@ use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
 use crate::LlamaModel;
 
 /// A weight matrix of layer `l`, or of the whole model when the layer is ignored.
-pub(crate) type MatPick = for<'m> fn(&'m LlamaModel, usize) -> &'m QMatrix;
+pub(crate) type MatPick<M = LlamaModel> = for<'m> fn(&'m M, usize) -> &'m QMatrix;
 /// A weight vector (norm, bias) of layer `l`, when the model has it.
-pub(crate) type VecPick = for<'m> fn(&'m LlamaModel, usize) -> Option<&'m [f32]>;
+pub(crate) type VecPick<M = LlamaModel> = for<'m> fn(&'m M, usize) -> Option<&'m [f32]>;
 
 pub(crate) struct Embed {
     pub model: Arc<LlamaModel>,
@@ -99,16 +99,17 @@ impl Op for Quantize {
 }
 
 /// Up to `N` products of quantized inputs with a layer's matrices in one pool dispatch, each
-/// with an optional bias: `outs[k] = acts[k] · W_kᵀ (+ b_k)`.
-pub(crate) struct Project<const N: usize> {
-    pub model: Arc<LlamaModel>,
+/// with an optional bias: `outs[k] = acts[k] · W_kᵀ (+ b_k)`. Generic over the model type so
+/// the dense and hybrid forwards share it.
+pub(crate) struct Project<const N: usize, M = LlamaModel> {
+    pub model: Arc<M>,
     pub layer: usize,
-    pub mats: [(MatPick, Option<VecPick>); N],
+    pub mats: [(MatPick<M>, Option<VecPick<M>>); N],
     pub acts: [BufRef; N],
     pub outs: [BufRef; N],
 }
 
-impl<const N: usize> Op for Project<N> {
+impl<const N: usize, M: Send + Sync + 'static> Op for Project<N, M> {
     fn name(&self) -> &'static str {
         "matmul"
     }

@@ -23,6 +23,25 @@ pub fn recurrent(
     out: &mut [f32],
 ) {
     let mut delta = vec![0f32; v_dim];
+    recurrent_with(q, k, v, g, beta, k_dim, v_dim, state, out, &mut delta);
+}
+
+/// [`recurrent`] with the caller's `delta` scratch (`v_dim` values), so a captured plan's
+/// replay allocates nothing; same arithmetic, same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn recurrent_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    k_dim: usize,
+    v_dim: usize,
+    state: &mut [f32],
+    out: &mut [f32],
+    delta: &mut [f32],
+) {
+    let delta = &mut delta[..v_dim];
     for t in 0..g.len() {
         let (qt, kt) = (&q[t * k_dim..][..k_dim], &k[t * k_dim..][..k_dim]);
         let vt = &v[t * v_dim..][..v_dim];
@@ -40,7 +59,7 @@ pub fn recurrent(
         let o = &mut out[t * v_dim..][..v_dim];
         o.fill(0.0);
         for (row, (&kk, &qq)) in state.chunks_exact_mut(v_dim).zip(kt.iter().zip(qt)) {
-            for ((s, &d), o) in row.iter_mut().zip(&delta).zip(o.iter_mut()) {
+            for ((s, &d), o) in row.iter_mut().zip(delta.iter()).zip(o.iter_mut()) {
                 *s += kk * d;
                 *o += *s * qq;
             }

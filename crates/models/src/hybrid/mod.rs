@@ -9,11 +9,12 @@ mod gated_delta_net;
 mod load;
 mod model;
 mod moe;
-mod state_io;
+pub(crate) mod state_io;
 
 pub use config::{hybrid_arch, HybridConfig, LayerKind, LinearAttnConfig, MoeConfig};
 pub use gated_attention::GatedAttention;
 pub use gated_delta_net::{DeltaRule, GatedDeltaNet};
 pub use load::load_hybrid;
 pub use model::{HybridLayer, HybridModel, Mixer, Mlp};
-pub use moe::{route, DenseMlp, MoeMlp};
+pub use moe::{route, route_into, DenseMlp, MoeMlp};
+pub use state_io::validate_slots as validate_state_slots;

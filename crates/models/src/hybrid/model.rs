@@ -41,7 +41,7 @@ pub struct HybridModel {
     pub layers: Vec<HybridLayer>,
     pub final_norm: Vec<f32>,
     pub lm_head: Option<QMatrix>,
-    rope: Rope,
+    pub(crate) rope: Rope,
     delta_rule: DeltaRule,
 }
 
@@ -80,6 +80,11 @@ impl HybridModel {
     /// results bit-identical however a prompt is split into steps.
     pub fn set_delta_rule(&mut self, rule: DeltaRule) {
         self.delta_rule = rule;
+    }
+
+    /// The form multi-token steps run the delta rule in.
+    pub fn delta_rule(&self) -> DeltaRule {
+        self.delta_rule
     }
 
     pub fn lm_head(&self) -> &QMatrix {

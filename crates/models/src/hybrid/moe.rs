@@ -47,16 +47,38 @@ pub struct MoeMlp {
 /// The `top_k` experts of one token and their weights: softmax over all logits, the largest
 /// probabilities first (the lower index wins a tie), optionally renormalised.
 pub fn route(logits: &[f32], top_k: usize, renorm: bool) -> Vec<(usize, f32)> {
-    let mut p = logits.to_vec();
-    ops::softmax_in_place(&mut p);
-    let mut idx: Vec<usize> = (0..p.len()).collect();
-    idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
-    let mut sel: Vec<(usize, f32)> = idx[..top_k].iter().map(|&e| (e, p[e])).collect();
+    let mut probs = vec![0f32; logits.len()];
+    let mut sel = vec![(0usize, 0f32); top_k.min(logits.len())];
+    route_into(logits, renorm, &mut probs, &mut sel);
+    sel
+}
+
+/// [`route`] into caller buffers (`probs`: one per expert; `sel`: `top_k` entries), allocating
+/// nothing, for the captured MoE op. Picking the largest remaining probability `top_k` times
+/// yields the same experts in the same order as a stable descending sort, so both give the
+/// same bits.
+pub fn route_into(logits: &[f32], renorm: bool, probs: &mut [f32], sel: &mut [(usize, f32)]) {
+    let p = &mut probs[..logits.len()];
+    p.copy_from_slice(logits);
+    ops::softmax_in_place(p);
+    for i in 0..sel.len() {
+        let mut best: Option<usize> = None;
+        for e in 0..p.len() {
+            if sel[..i].iter().any(|&(s, _)| s == e) {
+                continue;
+            }
+            // Strictly greater keeps the lower index on a tie.
+            if best.is_none_or(|b| p[e].total_cmp(&p[b]).is_gt()) {
+                best = Some(e);
+            }
+        }
+        let e = best.unwrap_or(0);
+        sel[i] = (e, p[e]);
+    }
     if renorm {
         let sum: f32 = sel.iter().map(|s| s.1).sum();
         sel.iter_mut().for_each(|s| s.1 /= sum);
     }
-    sel
 }
 
 impl MoeMlp {

@@ -1,0 +1,355 @@
+//! The hybrid step (Qwen3-Next, Qwen3.5, Qwen3-MoE) as a launch sequence: the same math as
+//! `HybridModel::forward`, op by op, so eager steps, captured plans and the direct forward give
+//! the same bits.
+//!
+//! Full-attention layers use the paged K/V buffers (one pair per full-attention layer, in layer
+//! order); linear layers keep their conv and recurrent states in [`StateBuffers`], at the
+//! running slots of the step's state inputs. Restores run first, checkpoints are taken inside
+//! the Gated DeltaNet op. Padding cannot touch state: padded rows belong to no sequence (the
+//! Gated DeltaNet op reads only each sequence's rows), padded sequences have no rows, padded
+//! checkpoint entries name no row, and K/V stores skip slot -1.
+
+use std::sync::Arc;
+
+use oxllm_kernels::attention::AttnShape;
+use oxllm_kernels::matmul::QMatrix;
+use oxllm_runtime::{Backend, BufKind, BufRef};
+
+use super::dense::project;
+use super::gdn_op::{scratch_len, GdnCore};
+use super::hybrid_ops::{AttnPrep, Embed, GatherNorm, RestoreStates, RmsNorm, SigmoidGate};
+use super::moe_op::{MoeOp, MoeWork};
+use super::ops::{Add, Attention, MatPick, SiluMul, StoreKv, VecPick};
+use super::{KvBuffers, StateBuffers, StepView};
+use crate::hybrid::{DenseMlp, GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
+use crate::ModelError;
+
+type Pick = MatPick<HybridModel>;
+type NoBias = Option<VecPick<HybridModel>>;
+
+// Weight picks. The recorder names a layer's mixer (MLP) picks only after matching that
+// layer's mixer (MLP) kind, so the other arm is never taken.
+fn lin(m: &HybridModel, l: usize) -> &GatedDeltaNet {
+    match &m.layers[l].mixer {
+        Mixer::Linear(g) => g,
+        Mixer::Full(_) => unreachable!("layer {l} was recorded as a linear layer"),
+    }
+}
+fn full(m: &HybridModel, l: usize) -> &GatedAttention {
+    match &m.layers[l].mixer {
+        Mixer::Full(a) => a,
+        Mixer::Linear(_) => unreachable!("layer {l} was recorded as a full-attention layer"),
+    }
+}
+fn dense_mlp(m: &HybridModel, l: usize) -> &DenseMlp {
+    match &m.layers[l].mlp {
+        Mlp::Dense(d) => d,
+        Mlp::Moe(_) => unreachable!("layer {l} was recorded with a dense MLP"),
+    }
+}
+
+fn bad(msg: String) -> ModelError {
+    ModelError::InvalidBatch(msg)
+}
+
+/// Launches one forward step of `model` on `b` and returns the step-local logits buffer,
+/// `[step.logits(), vocab]` (the caller releases it).
+pub fn record_hybrid_forward(
+    b: &mut dyn Backend,
+    model: &Arc<HybridModel>,
+    step: &StepView,
+    kv: &KvBuffers,
+    states: &StateBuffers,
+) -> Result<BufRef, ModelError> {
+    let c = &model.config.base;
+    if kv.kv_width != c.kv_width() || kv.layers.len() != c.kv_layers {
+        return Err(bad(format!(
+            "cache of {} layers x {} values, the model needs {} x {}",
+            kv.layers.len(),
+            kv.kv_width,
+            c.kv_layers,
+            c.kv_width()
+        )));
+    }
+    let n_linear = model
+        .layers
+        .iter()
+        .filter(|l| matches!(l.mixer, Mixer::Linear(_)))
+        .count();
+    if states.layers.len() != n_linear {
+        return Err(bad(format!(
+            "state buffers for {} linear layers, the model has {n_linear}",
+            states.layers.len()
+        )));
+    }
+    let (n, h, seqs) = (step.tokens(), c.hidden, step.seqs());
+    let state_slots = states.state_slots.prefix(seqs);
+    if state_slots.len < seqs {
+        return Err(bad(format!(
+            "{seqs} sequences, the state inputs hold fewer"
+        )));
+    }
+    if n_linear > 0 {
+        b.launch(Box::new(RestoreStates {
+            state_slots,
+            restore_slots: states.restore_slots.prefix(seqs),
+            layers: states.layers.clone(),
+            conv_len: states.conv_len,
+            rec_len: states.recurrent_len,
+        }))?;
+    }
+    let x = b.alloc("embed", BufKind::F32, n * h)?;
+    b.launch(Box::new(Embed {
+        model: model.clone(),
+        tokens: step.token_ids,
+        out: x,
+    }))?;
+    let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
+    let (mut attn_idx, mut lin_idx) = (0, 0);
+    for (li, layer) in model.layers.iter().enumerate() {
+        norm(
+            b,
+            model,
+            li,
+            |m, l| Some(&m.layers[l].input_norm),
+            x,
+            normed,
+        )?;
+        let mixed = match &layer.mixer {
+            Mixer::Linear(g) => {
+                let s = states.layers[lin_idx];
+                lin_idx += 1;
+                record_linear(b, model, li, g, step, states, s, normed)?
+            }
+            Mixer::Full(a) => {
+                let cache = kv.layers[attn_idx];
+                attn_idx += 1;
+                record_full(b, model, li, a, step, kv, cache, normed)?
+            }
+        };
+        b.launch(Box::new(Add { acc: x, x: mixed }))?;
+        b.release(mixed);
+        norm(b, model, li, |m, l| Some(&m.layers[l].post_norm), x, normed)?;
+        let y = match &layer.mlp {
+            Mlp::Dense(d) => {
+                let mats: [(Pick, NoBias); 2] = [
+                    (|m, l| &dense_mlp(m, l).gate, None),
+                    (|m, l| &dense_mlp(m, l).up, None),
+                ];
+                let dt = [&d.gate, &d.up].map(QMatrix::activation_dtype);
+                let ffn = d.gate.rows();
+                let [g, u] = project(b, model, li, mats, normed, n, h, dt, [n * ffn; 2])?;
+                b.launch(Box::new(SiluMul { gate: g, up: u }))?;
+                b.release(u);
+                let down: [(Pick, NoBias); 1] = [(|m, l| &dense_mlp(m, l).down, None)];
+                let dt = [d.down.activation_dtype()];
+                let [y] = project(b, model, li, down, g, n, ffn, dt, [n * h])?;
+                b.release(g);
+                y
+            }
+            Mlp::Moe(moe) => {
+                let [routes, rows, ffn, shared_gate, qx, qh] =
+                    MoeWork::lens(moe, h, n).map_err(bad)?;
+                let router_logits = b.alloc("moe", BufKind::F32, n * moe.experts.len())?;
+                let work = MoeWork {
+                    routes: b.alloc("moe", BufKind::F32, routes)?,
+                    rows_x: b.alloc("moe", BufKind::F32, rows)?,
+                    rows_y: b.alloc("moe", BufKind::F32, rows)?,
+                    gate: b.alloc("moe", BufKind::F32, ffn)?,
+                    up: b.alloc("moe", BufKind::F32, ffn)?,
+                    shared_gate: b.alloc("moe", BufKind::F32, shared_gate)?,
+                    qx: b.alloc("moe", BufKind::QActs, qx)?,
+                    qh: b.alloc("moe", BufKind::QActs, qh)?,
+                };
+                let y = b.alloc("moe", BufKind::F32, n * h)?;
+                b.launch(Box::new(MoeOp {
+                    model: model.clone(),
+                    layer: li,
+                    x: normed,
+                    router_logits,
+                    work,
+                    out: y,
+                }))?;
+                let w = work;
+                for buf in [
+                    router_logits,
+                    w.routes,
+                    w.rows_x,
+                    w.rows_y,
+                    w.gate,
+                    w.up,
+                    w.shared_gate,
+                    w.qx,
+                    w.qh,
+                ] {
+                    b.release(buf);
+                }
+                y
+            }
+        };
+        b.launch(Box::new(Add { acc: x, x: y }))?;
+        b.release(y);
+    }
+    b.release(normed);
+
+    let m = step.logits();
+    let last = b.alloc("final_norm", BufKind::F32, m * h)?;
+    b.launch(Box::new(GatherNorm {
+        model: model.clone(),
+        x,
+        logits_indices: step.logits_indices,
+        out: last,
+    }))?;
+    b.release(x);
+    let head: [(Pick, NoBias); 1] = [(|m, _| m.lm_head(), None)];
+    let dt = [model.lm_head().activation_dtype()];
+    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * c.vocab_size])?;
+    b.release(last);
+    Ok(logits)
+}
+
+fn norm(
+    b: &mut dyn Backend,
+    model: &Arc<HybridModel>,
+    layer: usize,
+    weight: VecPick<HybridModel>,
+    x: BufRef,
+    out: BufRef,
+) -> Result<(), ModelError> {
+    b.launch(Box::new(RmsNorm {
+        model: model.clone(),
+        layer,
+        weight,
+        x,
+        out,
+    }))?;
+    Ok(())
+}
+
+/// A Gated DeltaNet layer on `normed`; returns its `[n, hidden]` output.
+#[allow(clippy::too_many_arguments)]
+fn record_linear(
+    b: &mut dyn Backend,
+    model: &Arc<HybridModel>,
+    li: usize,
+    g: &GatedDeltaNet,
+    step: &StepView,
+    states: &StateBuffers,
+    (conv_state, rec_state): (BufRef, BufRef),
+    normed: BufRef,
+) -> Result<BufRef, ModelError> {
+    let c = &g.cfg;
+    let (n, h) = (step.tokens(), model.config.base.hidden);
+    let (pw, vw) = (c.conv_dim() + c.value_width(), c.value_width());
+    let mats: [(Pick, NoBias); 2] = [
+        (|m, l| &lin(m, l).in_proj, None),
+        (|m, l| &lin(m, l).in_proj_ba, None),
+    ];
+    let dt = [&g.in_proj, &g.in_proj_ba].map(QMatrix::activation_dtype);
+    let lens = [n * pw, n * 2 * c.n_v_heads];
+    let [proj, ba] = project(b, model, li, mats, normed, n, h, dt, lens)?;
+    let scratch = b.alloc("gated_delta_net", BufKind::F32, scratch_len(g, n))?;
+    let core = b.alloc("gated_delta_net", BufKind::F32, n * vw)?;
+    b.launch(Box::new(GdnCore {
+        model: model.clone(),
+        layer: li,
+        proj,
+        ba,
+        query_start_loc: step.query_start_loc,
+        seq_lens: step.seq_lens,
+        state_slots: states.state_slots.prefix(step.seqs()),
+        checkpoint_rows: states.checkpoint_rows,
+        checkpoint_slots: states.checkpoint_slots,
+        conv_state,
+        rec_state,
+        scratch,
+        out: core,
+    }))?;
+    for buf in [proj, ba, scratch] {
+        b.release(buf);
+    }
+    let out: [(Pick, NoBias); 1] = [(|m, l| &lin(m, l).out_proj, None)];
+    let dt = [g.out_proj.activation_dtype()];
+    let [o] = project(b, model, li, out, core, n, vw, dt, [n * h])?;
+    b.release(core);
+    Ok(o)
+}
+
+/// A gated full-attention layer on `normed`; returns its `[n, hidden]` output.
+#[allow(clippy::too_many_arguments)]
+fn record_full(
+    b: &mut dyn Backend,
+    model: &Arc<HybridModel>,
+    li: usize,
+    a: &GatedAttention,
+    step: &StepView,
+    kv: &KvBuffers,
+    (k_cache, v_cache): (BufRef, BufRef),
+    normed: BufRef,
+) -> Result<BufRef, ModelError> {
+    let c = &model.config.base;
+    let (n, h, qw, kw) = (step.tokens(), c.hidden, c.q_width(), c.kv_width());
+    let mats: [(Pick, NoBias); 3] = [
+        (|m, l| &full(m, l).wq, None),
+        (|m, l| &full(m, l).wk, None),
+        (|m, l| &full(m, l).wv, None),
+    ];
+    let dt = [&a.wq, &a.wk, &a.wv].map(QMatrix::activation_dtype);
+    let q_rows = if a.gated { 2 * qw } else { qw };
+    let lens = [n * q_rows, n * kw, n * kw];
+    let [qg, k, v] = project(b, model, li, mats, normed, n, h, dt, lens)?;
+    let (q, split) = if a.gated {
+        let q = b.alloc("attn_prep", BufKind::F32, n * qw)?;
+        let gate = b.alloc("attn_prep", BufKind::F32, n * qw)?;
+        (q, Some((qg, gate)))
+    } else {
+        (qg, None)
+    };
+    b.launch(Box::new(AttnPrep {
+        model: model.clone(),
+        layer: li,
+        q,
+        split,
+        k,
+        positions: step.positions,
+    }))?;
+    b.launch(Box::new(StoreKv {
+        slot_mapping: step.slot_mapping,
+        k,
+        v,
+        k_cache,
+        v_cache,
+        kv_width: kw,
+    }))?;
+    let attn = b.alloc("attention", BufKind::F32, n * qw)?;
+    b.launch(Box::new(Attention {
+        q,
+        k_cache,
+        v_cache,
+        query_start_loc: step.query_start_loc,
+        seq_lens: step.seq_lens,
+        block_tables: step.block_tables,
+        block_table_stride: step.block_table_stride,
+        block_size: kv.block_size,
+        shape: AttnShape {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        },
+        out: attn,
+    }))?;
+    for buf in [q, k, v] {
+        b.release(buf);
+    }
+    if let Some((qg, gate)) = split {
+        b.release(qg);
+        b.launch(Box::new(SigmoidGate { attn, gate }))?;
+        b.release(gate);
+    }
+    let wo: [(Pick, NoBias); 1] = [(|m, l| &full(m, l).wo, None)];
+    let dt = [a.wo.activation_dtype()];
+    let [o] = project(b, model, li, wo, attn, n, qw, dt, [n * h])?;
+    b.release(attn);
+    Ok(o)
+}

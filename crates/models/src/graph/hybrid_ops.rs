@@ -1,0 +1,209 @@
+//! The small ops of the hybrid forward: state restores, embedding, row norms, the gated
+//! attention's query/gate split with q/k norms and partial rotary, the sigmoid output gate, and
+//! the final norm at the logits rows. Each does what `HybridModel::forward` does at that point.
+
+use std::sync::Arc;
+
+use oxllm_kernels::ops;
+use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
+
+use super::ops::VecPick;
+use crate::hybrid::{HybridModel, Mixer};
+use crate::llama::rms_rows;
+
+/// Copies each restoring sequence's checkpoint slot into its running slot, in every linear
+/// layer, before any layer runs (so a checkpoint may be read and overwritten in one step).
+/// Padded sequences carry restore -1 and are skipped.
+pub(crate) struct RestoreStates {
+    pub state_slots: BufRef,
+    pub restore_slots: BufRef,
+    pub layers: Vec<(BufRef, BufRef)>,
+    pub conv_len: usize,
+    pub rec_len: usize,
+}
+
+impl Op for RestoreStates {
+    fn name(&self) -> &'static str {
+        "restore_states"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let name = self.name();
+        let slots = mem.u32(name, self.state_slots)?;
+        let restores = mem.i32(name, self.restore_slots)?;
+        for (&src, &dst) in restores.iter().zip(slots.iter()) {
+            if src < 0 || src as u32 == dst {
+                continue;
+            }
+            let (src, dst) = (src as usize, dst as usize);
+            for &(conv, rec) in &self.layers {
+                for (buf, len) in [(conv, self.conv_len), (rec, self.rec_len)] {
+                    let mut b = mem.f32_mut(name, buf)?;
+                    if (src.max(dst) + 1) * len > b.len() {
+                        return Err(RuntimeError::op(name, "state slot outside the pool"));
+                    }
+                    b.copy_within(src * len..(src + 1) * len, dst * len);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Embed {
+    pub model: Arc<HybridModel>,
+    pub tokens: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for Embed {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let tokens = mem.u32(self.name(), self.tokens)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        let c = &self.model.config.base;
+        for (row, &id) in out.chunks_exact_mut(c.hidden).zip(tokens.iter()) {
+            if id as usize >= c.vocab_size {
+                return Err(RuntimeError::op(
+                    self.name(),
+                    format!(
+                        "token id {id} is outside the vocabulary of {}",
+                        c.vocab_size
+                    ),
+                ));
+            }
+            self.model
+                .embeddings
+                .dequantize_row(id as usize, row)
+                .map_err(|e| RuntimeError::op(self.name(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// RMSNorm of every row of `x` with a layer's norm weight.
+pub(crate) struct RmsNorm {
+    pub model: Arc<HybridModel>,
+    pub layer: usize,
+    pub weight: VecPick<HybridModel>,
+    pub x: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for RmsNorm {
+    fn name(&self) -> &'static str {
+        "rms_norm"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let w = (self.weight)(&self.model, self.layer)
+            .ok_or_else(|| RuntimeError::op(self.name(), "missing norm weight"))?;
+        let x = mem.f32(self.name(), self.x)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        rms_rows(&x, w, self.model.config.base.rms_eps, &mut out);
+        Ok(())
+    }
+}
+
+/// The gated attention's query side: splits `[query | gate]` per head when the layer is gated,
+/// then per-head q/k RMSNorm and rotary on the first `rotary_dim` dims at each row's position.
+pub(crate) struct AttnPrep {
+    pub model: Arc<HybridModel>,
+    pub layer: usize,
+    /// The query (normalised and rotated in place); when `split` is set, written from it first.
+    pub q: BufRef,
+    /// The projection `[n, heads * 2 * head_dim]` and the gate output `[n, heads * head_dim]`.
+    pub split: Option<(BufRef, BufRef)>,
+    pub k: BufRef,
+    pub positions: BufRef,
+}
+
+impl Op for AttnPrep {
+    fn name(&self) -> &'static str {
+        "attn_prep"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let name = self.name();
+        let m = &self.model;
+        let c = &m.config.base;
+        let Mixer::Full(a) = &m.layers[self.layer].mixer else {
+            return Err(RuntimeError::op(name, "not a full-attention layer"));
+        };
+        let hd = c.head_dim;
+        let mut q = mem.f32_mut(name, self.q)?;
+        if let Some((qg, gate)) = self.split {
+            let qg = mem.f32(name, qg)?;
+            let mut gate = mem.f32_mut(name, gate)?;
+            for (src, (dq, dg)) in qg
+                .chunks_exact(2 * hd)
+                .zip(q.chunks_exact_mut(hd).zip(gate.chunks_exact_mut(hd)))
+            {
+                dq.copy_from_slice(&src[..hd]);
+                dg.copy_from_slice(&src[hd..]);
+            }
+        }
+        let mut k = mem.f32_mut(name, self.k)?;
+        let positions = mem.u32(name, self.positions)?;
+        ops::rms_norm_rows_in_place(&mut q, &a.q_norm, c.rms_eps);
+        ops::rms_norm_rows_in_place(&mut k, &a.k_norm, c.rms_eps);
+        let (qw, kvw) = (c.q_width(), c.kv_width());
+        for (t, &pos) in positions.iter().enumerate() {
+            m.rope.apply(&mut q[t * qw..(t + 1) * qw], pos as usize);
+            m.rope.apply(&mut k[t * kvw..(t + 1) * kvw], pos as usize);
+        }
+        Ok(())
+    }
+}
+
+/// `attn *= sigmoid(gate)`.
+pub(crate) struct SigmoidGate {
+    pub attn: BufRef,
+    pub gate: BufRef,
+}
+
+impl Op for SigmoidGate {
+    fn name(&self) -> &'static str {
+        "sigmoid_gate"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let gate = mem.f32(self.name(), self.gate)?;
+        let mut attn = mem.f32_mut(self.name(), self.attn)?;
+        for (a, &g) in attn.iter_mut().zip(gate.iter()) {
+            *a *= 1.0 / (1.0 + (-g).exp());
+        }
+        Ok(())
+    }
+}
+
+/// Final RMSNorm of the rows at the logits indices, gathered into `out` (`[m, hidden]`).
+pub(crate) struct GatherNorm {
+    pub model: Arc<HybridModel>,
+    pub x: BufRef,
+    pub logits_indices: BufRef,
+    pub out: BufRef,
+}
+
+impl Op for GatherNorm {
+    fn name(&self) -> &'static str {
+        "final_norm"
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        let x = mem.f32(self.name(), self.x)?;
+        let idx = mem.u32(self.name(), self.logits_indices)?;
+        let mut out = mem.f32_mut(self.name(), self.out)?;
+        let h = self.model.final_norm.len();
+        let rows = x.len() / h.max(1);
+        for (dst, &t) in out.chunks_exact_mut(h).zip(idx.iter()) {
+            let t = t as usize;
+            if t >= rows {
+                return Err(RuntimeError::op(
+                    self.name(),
+                    format!("logits index {t} outside {rows} rows"),
+                ));
+            }
+            let eps = self.model.config.base.rms_eps;
+            ops::rms_norm(&x[t * h..(t + 1) * h], &self.model.final_norm, eps, dst);
+        }
+        Ok(())
+    }
+}
