@@ -81,6 +81,8 @@ fn matrix(
     max_tokens: usize,
 ) -> (Vec<Vec<Vec<u32>>>, EngineStats) {
     let engine = start(path, base.clone());
+    let plans = engine.handle().info().plans.clone();
+    assert!(plans.failed.is_empty(), "every bucket captures: {plans:?}");
     let vocab = engine.handle().info().vocab_size;
     let ps = prompts(vocab);
     let mut out: Vec<_> = (1..=ps.len())
@@ -180,9 +182,7 @@ fn smollm2_eager_and_captured_agree_bit_for_bit() {
     check_eager_equals_captured(&smollm2(), 5);
 }
 
-#[test]
-fn the_reference_backend_runs_eager_and_matches_the_cpu_kernels() {
-    let path = tiny_llama();
+fn reference_backend_matches_cpu(path: PathBuf) {
     let config = |backend| EngineConfig {
         threads: 2,
         max_num_seqs: 4,
@@ -211,4 +211,15 @@ fn the_reference_backend_runs_eager_and_matches_the_cpu_kernels() {
     let stats = reference.handle().stats();
     assert_eq!(stats.plan_steps, 0);
     assert!(stats.eager_steps > 0);
+}
+
+#[test]
+fn the_reference_backend_runs_eager_and_matches_the_cpu_kernels() {
+    reference_backend_matches_cpu(tiny_llama());
+}
+
+#[test]
+fn the_reference_backend_runs_hybrids_eager_and_matches_the_cpu_kernels() {
+    reference_backend_matches_cpu(tiny("qwen3-next-f32"));
+    reference_backend_matches_cpu(tiny("qwen3-moe-f32"));
 }
