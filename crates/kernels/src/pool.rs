@@ -31,6 +31,8 @@ struct Shared {
     done: AtomicUsize,
     shutdown: AtomicBool,
     panicked: AtomicBool,
+    /// Every `run_dynamic` waits for all workers (see [`ThreadPool::set_all_join`]).
+    all_join: AtomicBool,
     job: UnsafeCell<Option<Job>>,
     sleep_lock: Mutex<()>,
     wake: Condvar,
@@ -62,6 +64,7 @@ impl ThreadPool {
             done: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
+            all_join: AtomicBool::new(false),
             job: UnsafeCell::new(None),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -99,7 +102,22 @@ impl ThreadPool {
         self.dispatch(&job, false);
     }
 
+    /// While set, `run_dynamic` behaves like `run`: every worker joins every job. A warm-up
+    /// step sets it so that each thread meets every kernel at its largest shape and grows its
+    /// per-thread scratch then, not later inside a captured replay (where which worker joins
+    /// which job is a matter of timing).
+    pub fn set_all_join(&self, on: bool) {
+        self.shared.all_join.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether [`ThreadPool::set_all_join`] is on (kernels then visit every thread even with
+    /// no work, to size their scratch).
+    pub fn all_join(&self) -> bool {
+        self.shared.all_join.load(Ordering::Relaxed)
+    }
+
     fn dispatch(&self, job: &(dyn Fn(usize, usize) + Sync), wait_for_all: bool) {
+        let wait_for_all = wait_for_all || self.shared.all_join.load(Ordering::Relaxed);
         let n = self.n_threads();
         if n == 1 {
             job(0, 1);

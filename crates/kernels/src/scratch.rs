@@ -51,10 +51,42 @@ pub(crate) struct Scratch<T: ScratchElem>(Vec<T>);
 
 impl<T: ScratchElem> Scratch<T> {
     pub(crate) fn take(len: usize) -> Self {
-        let mut v = T::with_spares(|s| s.pop()).flatten().unwrap_or_default();
+        let mut v = Self::pick(len);
         v.clear();
         v.resize(len, T::default());
         Scratch(v)
+    }
+
+    /// [`Scratch::take`] without zeroing what the buffer held: for kernels that write every
+    /// element before reading it, and whose buffers are sized for a worst case far larger than
+    /// most calls touch.
+    pub(crate) fn take_dirty(len: usize) -> Self {
+        let mut v = Self::pick(len);
+        if v.len() < len {
+            v.resize(len, T::default());
+        } else {
+            v.truncate(len);
+        }
+        Scratch(v)
+    }
+
+    fn pick(len: usize) -> Vec<T> {
+        // Best fit: the smallest spare that holds `len`, else the largest (to grow). Kernels
+        // take buffers of different sizes in changing orders; a plain stack would hand a small
+        // one to a large request and reallocate long after the warm-up.
+        T::with_spares(|s| {
+            let fits = s
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.capacity() >= len)
+                .min_by_key(|(_, v)| v.capacity());
+            let pick = fits
+                .or_else(|| s.iter().enumerate().max_by_key(|(_, v)| v.capacity()))
+                .map(|(i, _)| i);
+            pick.map(|i| s.swap_remove(i))
+        })
+        .flatten()
+        .unwrap_or_default()
     }
 }
 
@@ -96,5 +128,23 @@ mod tests {
         // Two at once are distinct buffers.
         let c = Scratch::<f32>::take(10);
         assert_ne!(c.as_ptr(), b.as_ptr());
+    }
+
+    /// Buffers of two sizes taken in either order keep their roles: once both exist, no take
+    /// reallocates, whichever order the kernels ask in.
+    #[test]
+    fn best_fit_keeps_big_and_small_buffers_apart() {
+        {
+            let _big = Scratch::<i32>::take(4096);
+            let _small = Scratch::<i32>::take(16);
+        }
+        let caps = |v: &Scratch<i32>| v.0.capacity();
+        for _ in 0..3 {
+            let small = Scratch::<i32>::take(16);
+            let big = Scratch::<i32>::take(4096);
+            assert!(caps(&small) < 4096 && caps(&big) >= 4096);
+            drop(small);
+            drop(big);
+        }
     }
 }

@@ -3,9 +3,11 @@
 //! Step-local buffers follow the mode:
 //! - eager: allocated fresh by each request and dropped when released or at the end of the step
 //!   (eager is the simple reference path, and the baseline plans must beat);
-//! - warm: a dry step of some shape; buffers come from the pool when one fits and are created
-//!   otherwise, and all go back to the pool, so a later capture of the same or a smaller shape
-//!   finds every buffer it needs;
+//! - warm: a step of some shape whose ops run (on whatever the inputs hold; padding-like zeros
+//!   at start-up) with every pool thread joining every op, so kernels grow their per-thread
+//!   scratch to this shape now and not inside a later replay; buffers come from the pool when
+//!   one fits and are created otherwise, and all go back to the pool, so a later capture of the
+//!   same or a smaller shape finds every buffer it needs;
 //! - capture: buffers come only from the pool (best fit); released ones go straight back, so a
 //!   plan's buffers are reused by its later ops the way the eager step reused memory. Plans
 //!   share the pool: only one plan runs at a time, and pooled buffers are never freed, so every
@@ -186,8 +188,7 @@ impl Arena {
                 self.recorded.push(op);
                 Ok(())
             }
-            Mode::Warm => Ok(()),
-            Mode::Eager | Mode::Idle => op.run(&self.mem, cx),
+            Mode::Warm | Mode::Eager | Mode::Idle => op.run(&self.mem, cx),
         }
     }
 

@@ -77,9 +77,13 @@ macro_rules! arena_backend {
                 self.arena.begin_step(false)
             }
             fn warm_step(&mut self) -> Result<(), RuntimeError> {
+                // Every thread joins every op of the warm pass, so each grows its kernel scratch
+                // now rather than inside a later replay.
+                self.pool.set_all_join(true);
                 self.arena.begin_step(true)
             }
             fn end_step(&mut self) {
+                self.pool.set_all_join(false);
                 self.arena.end_step()
             }
             fn begin_capture(&mut self) -> Result<(), RuntimeError> {

@@ -84,6 +84,12 @@ fn tiled_items<E: KvElem>(
     let group = n_heads / n_kv_heads;
     let num_seqs = meta.seq_lens.len();
     let mut max_len = 0usize;
+    // Scratch is sized by the longest context the block tables can address, not by this
+    // step's, and the item list by the step's shape: sizes a warm-up step already reaches, so
+    // a replay at a longer context allocates nothing.
+    let cap = meta.block_table_stride * meta.block_size;
+    let n_tokens = q.len() / q_width.max(1);
+    items.reserve((n_tokens.div_ceil(QT) + num_seqs) * n_heads);
     // With many decode rows, one item takes all KV heads of a sequence: a K/V cache row holds
     // every KV head, so one core then reads each row (from memory, at batch 16 the cache does
     // not stay in L3 between steps) instead of both cores reading parts of the same lines.
@@ -126,16 +132,18 @@ fn tiled_items<E: KvElem>(
             }
         }
     }
-    if items.is_empty() {
+    if items.is_empty() && !pool.all_join() {
         return;
     }
+    assert!(max_len <= cap, "a sequence is longer than its block table");
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
-        let mut scores = Scratch::<f32>::take(QT * max_len);
-        let mut offs = Scratch::<usize>::take(max_len);
+        // Every score, offset and widened row is written before it is read.
+        let mut scores = Scratch::<f32>::take_dirty(QT * cap);
+        let mut offs = Scratch::<usize>::take_dirty(cap);
         // Half-float caches: one key block (or value block) widened once for every query.
-        let mut wide = Scratch::<f32>::take(if E::IS_F32 { 0 } else { KB * head_dim });
+        let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * head_dim });
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items.len() {
