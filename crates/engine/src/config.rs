@@ -172,12 +172,12 @@ impl EngineConfig {
 
     /// The cache's element type for `model`.
     pub fn resolve_kv_dtype(&self, model: &oxllm_models::Model) -> KvCacheDtype {
-        // The hybrids' attention layers run on an f32 cache.
-        let f32_weights = model.dense().is_none_or(|d| {
-            d.layers
-                .iter()
-                .all(|l| l.wq.dtype() == oxllm_core::DType::F32)
-        });
+        use oxllm_core::DType;
+        let f32_weights = match (model.dense(), model.hybrid()) {
+            (Some(d), _) => d.layers.iter().all(|l| l.wq.dtype() == DType::F32),
+            (None, Some(h)) => h.embeddings.dtype() == DType::F32,
+            (None, None) => true,
+        };
         self.kv_cache_dtype.resolve(f32_weights)
     }
 

@@ -86,11 +86,6 @@ impl Engine {
         let mc = model.config.clone();
         let states = plan_states(&config, model.state_bytes_per_seq());
         let kv_dtype = config.resolve_kv_dtype(&model);
-        if kv_dtype == KvCacheDtype::F16 && model.dense().is_none() {
-            return Err(EngineError::Config(
-                "an f16 K/V cache is not available for hybrid models yet: use f32 or auto".into(),
-            ));
-        }
         let num_blocks =
             config.resolve_num_blocks(&mc, states.map_or(0, |s| s.total_bytes()), kv_dtype);
         let max_model_len = config.resolve_max_model_len(&mc);

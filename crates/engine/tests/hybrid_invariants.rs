@@ -97,3 +97,50 @@ fn qwen3_next_greedy_is_batch_chunk_and_preemption_invariant() {
     );
     assert_eq!(tight, alone, "under preemption");
 }
+
+/// An f16 K/V cache on a hybrid (its gated-attention layers): the f32 checkpoint resolves to
+/// f32 by default; asked for f16, the greedy ids still follow the oracle for the first tokens,
+/// and batching the prompts with a chunked prefill changes no bit.
+#[test]
+fn qwen3_next_with_an_f16_cache_keeps_the_oracle_start_and_its_invariance() {
+    use oxllm_engine::KvCacheDtype;
+    let (_, model) = load_model(&fixture()).unwrap();
+    let auto = Engine::start(model, None, EngineConfig::default()).unwrap();
+    assert_eq!(auto.handle().info().kv_dtype, KvCacheDtype::F32);
+    drop(auto);
+    let oracle: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture().join("oracle.json")).unwrap())
+            .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let prompts = vec![
+        ids(&oracle["prompt_ids"]),
+        ids(&oracle["short_prompt"]["prompt_ids"]),
+    ];
+    let half = EngineConfig {
+        threads: 2,
+        kv_cache_dtype: KvCacheDtype::F16,
+        ..EngineConfig::default()
+    };
+    let alone = run(half.clone(), &prompts[..1], 32).remove(0);
+    let want = ids(&oracle["greedy_ids"]);
+    assert_eq!(
+        alone[..8],
+        want[..8],
+        "f16 cache: {alone:?} vs oracle {want:?}"
+    );
+    let batched = run(
+        EngineConfig {
+            max_num_batched_tokens: 7,
+            ..half
+        },
+        &prompts,
+        32,
+    );
+    assert_eq!(batched[0], alone, "batched + chunked with an f16 cache");
+}

@@ -54,8 +54,6 @@ unsafe impl GlobalAlloc for Counting {
 /// The counter is global to the process, so the tests count one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-
-
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
