@@ -17,9 +17,9 @@ use oxllm_runtime::{Backend, BufKind, BufRef};
 
 use super::dense::project;
 use super::gdn_op::{scratch_len, GdnCore};
-use super::hybrid_ops::{AttnPrep, Embed, GatherNorm, RestoreStates, RmsNorm, SigmoidGate};
+use super::hybrid_ops::{AttnPrep, RestoreStates, SigmoidGate};
 use super::moe_op::{MoeOp, MoeWork};
-use super::ops::{Add, Attention, MatPick, SiluMul, StoreKv, VecPick};
+use super::ops::{Add, Attention, Embed, GatherNorm, MatPick, RmsNorm, SiluMul, StoreKv, VecPick};
 use super::{KvBuffers, StateBuffers, StepView};
 use crate::hybrid::{DenseMlp, GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
 use crate::ModelError;

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
-use super::ops::VecPick;
 use crate::hybrid::{HybridModel, Mixer};
-use crate::llama::rms_rows;
 
 /// Copies each restoring sequence's checkpoint slot into its running slot, in every linear
 /// layer, before any layer runs (so a checkpoint may be read and overwritten in one step).
@@ -45,62 +43,6 @@ impl Op for RestoreStates {
                 }
             }
         }
-        Ok(())
-    }
-}
-
-pub(crate) struct Embed {
-    pub model: Arc<HybridModel>,
-    pub tokens: BufRef,
-    pub out: BufRef,
-}
-
-impl Op for Embed {
-    fn name(&self) -> &'static str {
-        "embed"
-    }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        let tokens = mem.u32(self.name(), self.tokens)?;
-        let mut out = mem.f32_mut(self.name(), self.out)?;
-        let c = &self.model.config.base;
-        for (row, &id) in out.chunks_exact_mut(c.hidden).zip(tokens.iter()) {
-            if id as usize >= c.vocab_size {
-                return Err(RuntimeError::op(
-                    self.name(),
-                    format!(
-                        "token id {id} is outside the vocabulary of {}",
-                        c.vocab_size
-                    ),
-                ));
-            }
-            self.model
-                .embeddings
-                .dequantize_row(id as usize, row)
-                .map_err(|e| RuntimeError::op(self.name(), e))?;
-        }
-        Ok(())
-    }
-}
-
-/// RMSNorm of every row of `x` with a layer's norm weight.
-pub(crate) struct RmsNorm {
-    pub model: Arc<HybridModel>,
-    pub layer: usize,
-    pub weight: VecPick<HybridModel>,
-    pub x: BufRef,
-    pub out: BufRef,
-}
-
-impl Op for RmsNorm {
-    fn name(&self) -> &'static str {
-        "rms_norm"
-    }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        let w = (self.weight)(&self.model, self.layer)
-            .ok_or_else(|| RuntimeError::op(self.name(), "missing norm weight"))?;
-        let x = mem.f32(self.name(), self.x)?;
-        let mut out = mem.f32_mut(self.name(), self.out)?;
-        rms_rows(&x, w, self.model.config.base.rms_eps, &mut out);
         Ok(())
     }
 }
@@ -170,39 +112,6 @@ impl Op for SigmoidGate {
         let mut attn = mem.f32_mut(self.name(), self.attn)?;
         for (a, &g) in attn.iter_mut().zip(gate.iter()) {
             *a *= 1.0 / (1.0 + (-g).exp());
-        }
-        Ok(())
-    }
-}
-
-/// Final RMSNorm of the rows at the logits indices, gathered into `out` (`[m, hidden]`).
-pub(crate) struct GatherNorm {
-    pub model: Arc<HybridModel>,
-    pub x: BufRef,
-    pub logits_indices: BufRef,
-    pub out: BufRef,
-}
-
-impl Op for GatherNorm {
-    fn name(&self) -> &'static str {
-        "final_norm"
-    }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        let x = mem.f32(self.name(), self.x)?;
-        let idx = mem.u32(self.name(), self.logits_indices)?;
-        let mut out = mem.f32_mut(self.name(), self.out)?;
-        let h = self.model.final_norm.len();
-        let rows = x.len() / h.max(1);
-        for (dst, &t) in out.chunks_exact_mut(h).zip(idx.iter()) {
-            let t = t as usize;
-            if t >= rows {
-                return Err(RuntimeError::op(
-                    self.name(),
-                    format!("logits index {t} outside {rows} rows"),
-                ));
-            }
-            let eps = self.model.config.base.rms_eps;
-            ops::rms_norm(&x[t * h..(t + 1) * h], &self.model.final_norm, eps, dst);
         }
         Ok(())
     }

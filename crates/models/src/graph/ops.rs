@@ -13,6 +13,7 @@ use oxllm_kernels::matmul::{
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
 
+use crate::hybrid::HybridModel;
 use crate::LlamaModel;
 
 /// A weight matrix of layer `l`, or of the whole model when the layer is ignored.
@@ -20,20 +21,65 @@ pub(crate) type MatPick<M = LlamaModel> = for<'m> fn(&'m M, usize) -> &'m QMatri
 /// A weight vector (norm, bias) of layer `l`, when the model has it.
 pub(crate) type VecPick<M = LlamaModel> = for<'m> fn(&'m M, usize) -> Option<&'m [f32]>;
 
-pub(crate) struct Embed {
-    pub model: Arc<LlamaModel>,
+/// What the shared ops read from a model beyond per-layer weights (dense and hybrid alike).
+pub(crate) trait GraphModel: Send + Sync + 'static {
+    fn embeddings(&self) -> &QMatrix;
+    fn final_norm(&self) -> &[f32];
+    fn rms_eps(&self) -> f32;
+    fn vocab_size(&self) -> usize;
+    fn hidden(&self) -> usize;
+}
+
+impl GraphModel for LlamaModel {
+    fn embeddings(&self) -> &QMatrix {
+        &self.embeddings
+    }
+    fn final_norm(&self) -> &[f32] {
+        &self.final_norm
+    }
+    fn rms_eps(&self) -> f32 {
+        self.config.rms_eps
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn hidden(&self) -> usize {
+        self.config.hidden
+    }
+}
+
+impl GraphModel for HybridModel {
+    fn embeddings(&self) -> &QMatrix {
+        &self.embeddings
+    }
+    fn final_norm(&self) -> &[f32] {
+        &self.final_norm
+    }
+    fn rms_eps(&self) -> f32 {
+        self.config.base.rms_eps
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.base.vocab_size
+    }
+    fn hidden(&self) -> usize {
+        self.config.base.hidden
+    }
+}
+
+pub(crate) struct Embed<M = LlamaModel> {
+    pub model: Arc<M>,
     pub tokens: BufRef,
     pub out: BufRef,
 }
 
-impl Op for Embed {
+impl<M: GraphModel> Op for Embed<M> {
     fn name(&self) -> &'static str {
         "embed"
     }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let tokens = mem.u32(self.name(), self.tokens)?;
         let mut out = mem.f32_mut(self.name(), self.out)?;
-        let (vocab, h) = (self.model.config.vocab_size, self.model.config.hidden);
+        let (vocab, h) = (self.model.vocab_size(), self.model.hidden());
         for (row, &id) in out.chunks_exact_mut(h).zip(tokens.iter()) {
             if id as usize >= vocab {
                 return Err(RuntimeError::op(
@@ -42,7 +88,7 @@ impl Op for Embed {
                 ));
             }
             self.model
-                .embeddings
+                .embeddings()
                 .dequantize_row(id as usize, row)
                 .map_err(|e| RuntimeError::op(self.name(), e))?;
         }
@@ -51,15 +97,15 @@ impl Op for Embed {
 }
 
 /// RMSNorm of every row of `x` with a layer's norm weight.
-pub(crate) struct RmsNorm {
-    pub model: Arc<LlamaModel>,
+pub(crate) struct RmsNorm<M = LlamaModel> {
+    pub model: Arc<M>,
     pub layer: usize,
-    pub weight: VecPick,
+    pub weight: VecPick<M>,
     pub x: BufRef,
     pub out: BufRef,
 }
 
-impl Op for RmsNorm {
+impl<M: GraphModel> Op for RmsNorm<M> {
     fn name(&self) -> &'static str {
         "rms_norm"
     }
@@ -68,7 +114,7 @@ impl Op for RmsNorm {
             .ok_or_else(|| RuntimeError::op(self.name(), "missing norm weight"))?;
         let x = mem.f32(self.name(), self.x)?;
         let mut out = mem.f32_mut(self.name(), self.out)?;
-        crate::llama::rms_rows(&x, w, self.model.config.rms_eps, &mut out);
+        crate::llama::rms_rows(&x, w, self.model.rms_eps(), &mut out);
         Ok(())
     }
 }
@@ -335,14 +381,14 @@ impl Op for SiluMul {
 }
 
 /// Final RMSNorm of the rows at the logits indices, gathered into `out` (`[m, hidden]`).
-pub(crate) struct GatherNorm {
-    pub model: Arc<LlamaModel>,
+pub(crate) struct GatherNorm<M = LlamaModel> {
+    pub model: Arc<M>,
     pub x: BufRef,
     pub logits_indices: BufRef,
     pub out: BufRef,
 }
 
-impl Op for GatherNorm {
+impl<M: GraphModel> Op for GatherNorm<M> {
     fn name(&self) -> &'static str {
         "final_norm"
     }
@@ -350,7 +396,7 @@ impl Op for GatherNorm {
         let x = mem.f32(self.name(), self.x)?;
         let idx = mem.u32(self.name(), self.logits_indices)?;
         let mut out = mem.f32_mut(self.name(), self.out)?;
-        let h = self.model.final_norm.len();
+        let h = self.model.final_norm().len();
         let rows = x.len() / h.max(1);
         for (dst, &t) in out.chunks_exact_mut(h).zip(idx.iter()) {
             let t = t as usize;
@@ -362,8 +408,8 @@ impl Op for GatherNorm {
             }
             ops::rms_norm(
                 &x[t * h..(t + 1) * h],
-                &self.model.final_norm,
-                self.model.config.rms_eps,
+                self.model.final_norm(),
+                self.model.rms_eps(),
                 dst,
             );
         }
