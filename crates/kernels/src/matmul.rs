@@ -267,6 +267,24 @@ pub fn matmul_many(
     pool: &ThreadPool,
     jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
 ) -> Result<(), QuantError> {
+    matmul_many_with(pool, jobs, true)
+}
+
+/// What [`matmul_many`] takes (its plans and their scratch, on the calling thread) without
+/// computing a product: for warm-up steps that size buffers at a shape whose products nobody
+/// reads.
+pub fn matmul_many_prepare(
+    pool: &ThreadPool,
+    jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
+) -> Result<(), QuantError> {
+    matmul_many_with(pool, jobs, false)
+}
+
+fn matmul_many_with(
+    pool: &ThreadPool,
+    jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
+    compute: bool,
+) -> Result<(), QuantError> {
     // Plans live on the stack (no allocation per call); larger lists go in groups.
     for group in jobs.chunks_mut(MAX_MANY) {
         let mut plans: [Option<Plan<'_>>; MAX_MANY] = [const { None }; MAX_MANY];
@@ -278,7 +296,9 @@ pub fn matmul_many(
         for (slot, job) in outs.iter_mut().zip(group.iter_mut()) {
             *slot = Some(SharedMut::new(job.2));
         }
-        execute(pool, &plans[..group.len()], &outs[..group.len()]);
+        if compute {
+            execute(pool, &plans[..group.len()], &outs[..group.len()]);
+        }
     }
     Ok(())
 }

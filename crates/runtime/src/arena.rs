@@ -188,7 +188,14 @@ impl Arena {
                 self.recorded.push(op);
                 Ok(())
             }
-            Mode::Warm | Mode::Eager | Mode::Idle => op.run(&self.mem, cx),
+            Mode::Warm => op.run(
+                &self.mem,
+                &ExecCtx {
+                    warming: true,
+                    ..*cx
+                },
+            ),
+            Mode::Eager | Mode::Idle => op.run(&self.mem, cx),
         }
     }
 

@@ -63,6 +63,7 @@ macro_rules! arena_backend {
                 let cx = ExecCtx {
                     pool: &self.pool,
                     reference: $reference,
+                    warming: false,
                 };
                 self.arena.launch(op, &cx)
             }
@@ -102,6 +103,7 @@ macro_rules! arena_backend {
                 let cx = ExecCtx {
                     pool: &self.pool,
                     reference: $reference,
+                    warming: false,
                 };
                 self.arena.replay(plan, &cx, None)
             }
@@ -112,6 +114,7 @@ macro_rules! arena_backend {
                 let cx = ExecCtx {
                     pool: &self.pool,
                     reference: $reference,
+                    warming: false,
                 };
                 let mut profile = OpProfile::default();
                 self.arena.replay(plan, &cx, Some(&mut profile))?;

@@ -8,9 +8,14 @@ use crate::{Memory, RuntimeError};
 
 /// Where an op runs: the backend's thread pool, and whether it must use the reference (scalar,
 /// single-thread) kernels.
+#[derive(Clone, Copy)]
 pub struct ExecCtx<'a> {
     pub pool: &'a ThreadPool,
     pub reference: bool,
+    /// A warm-up step: ops must take every buffer and scratch a real run of this shape takes
+    /// (that is what the step is for) but may skip arithmetic whose result nobody reads, such
+    /// as the products of a matmul (a start-up prefill of 2048 zero rows would cost seconds).
+    pub warming: bool,
 }
 
 /// One step of a forward pass over buffers named when the op was built. An op holds no

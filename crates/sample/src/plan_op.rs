@@ -68,6 +68,10 @@ impl Op for SampleOp {
         let mut rows = mem.host_mut::<SampleRows>(name, self.rows)?;
         let mut ids = mem.u32_mut(name, self.token_ids)?;
         let vocab = self.vocab.max(1);
+        if cx.warming {
+            // Every thread may sample a row in a replay: size their scratch now.
+            cx.pool.run(|_, _| crate::sampler::reserve_scratch(vocab));
+        }
         let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
         let sample_row = |row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
             if !row.active {

@@ -50,6 +50,22 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
+/// Grows this thread's sampling scratch to a vocabulary of `vocab`, so that later draws on the
+/// thread allocate nothing (warm-up steps call it on every pool thread).
+pub(crate) fn reserve_scratch(vocab: usize) {
+    let _ = SCRATCH.try_with(|cell| {
+        if let Ok(mut s) = cell.try_borrow_mut() {
+            let grow = |len: usize| vocab.saturating_sub(len);
+            let n = grow(s.cands.capacity());
+            s.cands.reserve(n);
+            let n = grow(s.raw.capacity());
+            s.raw.reserve(n);
+            let n = grow(s.weights.capacity());
+            s.weights.reserve(n);
+        }
+    });
+}
+
 /// Sampling state of one request (or one choice of an `n > 1` request).
 #[derive(Clone, Debug)]
 pub struct Sampler {

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use oxllm_kernels::matmul::{
-    matmul, matmul_reference, quantize_acts_into, quantize_acts_reference, QMatrix, QuantizedActs,
+    matmul, matmul_many_prepare, matmul_reference, quantize_acts_into, quantize_acts_reference,
+    QMatrix, QuantizedActs,
 };
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
@@ -111,7 +112,13 @@ fn project(
     } else {
         quantize_acts_into(cx.pool, x, rows, cols, dt, qa)
             .map_err(|e| RuntimeError::op(NAME, e))?;
-        matmul(cx.pool, w, qa, out).map_err(|e| RuntimeError::op(NAME, e))
+        let r = if cx.warming {
+            // A warm-up step only sizes buffers: no products.
+            matmul_many_prepare(cx.pool, &mut [(w, &*qa, out)])
+        } else {
+            matmul(cx.pool, w, qa, out)
+        };
+        r.map_err(|e| RuntimeError::op(NAME, e))
     }
 }
 

@@ -8,7 +8,8 @@ use oxllm_kernels::attention::{
     paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape, KvElem,
 };
 use oxllm_kernels::matmul::{
-    add_bias, matmul_many, matmul_reference, quantize_acts_into, quantize_acts_reference, QMatrix,
+    add_bias, matmul_many, matmul_many_prepare, matmul_reference, quantize_acts_into,
+    quantize_acts_reference, QMatrix,
 };
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
@@ -176,7 +177,12 @@ impl<const N: usize, M: Send + Sync + 'static> Op for Project<N, M> {
                 k += 1;
                 job
             });
-            matmul_many(cx.pool, &mut jobs).map_err(|e| RuntimeError::op(name, e))?;
+            let r = if cx.warming {
+                matmul_many_prepare(cx.pool, &mut jobs)
+            } else {
+                matmul_many(cx.pool, &mut jobs)
+            };
+            r.map_err(|e| RuntimeError::op(name, e))?;
         }
         for (k, out) in outs.iter_mut().enumerate() {
             if let Some(bias) = self.mats[k].1.and_then(|b| b(&self.model, self.layer)) {
