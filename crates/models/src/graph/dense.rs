@@ -48,7 +48,6 @@ pub fn record_dense_forward(
     }))?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
     for (li, layer) in model.layers.iter().enumerate() {
-        let (k_cache, v_cache) = kv.layers[li];
         norm(b, model, li, |m, l| Some(&m.layers[l].attn_norm), x, normed)?;
         let qkv_mats: [(MatPick, Option<VecPick>); 3] = [
             (
@@ -74,27 +73,7 @@ pub fn record_dense_forward(
             k,
             positions: step.positions,
         }))?;
-        b.launch(Box::new(StoreKv {
-            slot_mapping: step.slot_mapping,
-            k,
-            v,
-            k_cache,
-            v_cache,
-            kv_width: kw,
-        }))?;
-        let attn = b.alloc("attention", BufKind::F32, n * qw)?;
-        b.launch(Box::new(Attention {
-            q,
-            k_cache,
-            v_cache,
-            query_start_loc: step.query_start_loc,
-            seq_lens: step.seq_lens,
-            block_tables: step.block_tables,
-            block_table_stride: step.block_table_stride,
-            block_size: kv.block_size,
-            shape,
-            out: attn,
-        }))?;
+        let attn = store_and_attend(b, step, kv, kv.layers[li], [q, k, v], shape)?;
         for buf in [q, k, v] {
             b.release(buf);
         }
@@ -164,6 +143,44 @@ fn norm(
         out,
     }))?;
     Ok(())
+}
+
+/// Stores a layer's new K and V rows at the slot mapping and launches paged attention of `q`
+/// over the cache; returns the fresh attention output (`[tokens, n_heads * head_dim]`).
+pub(super) fn store_and_attend(
+    b: &mut dyn Backend,
+    step: &StepView,
+    kv: &KvBuffers,
+    (k_cache, v_cache): (BufRef, BufRef),
+    [q, k, v]: [BufRef; 3],
+    shape: AttnShape,
+) -> Result<BufRef, ModelError> {
+    b.launch(Box::new(StoreKv {
+        slot_mapping: step.slot_mapping,
+        k,
+        v,
+        k_cache,
+        v_cache,
+        kv_width: kv.kv_width,
+    }))?;
+    let attn = b.alloc(
+        "attention",
+        BufKind::F32,
+        step.tokens() * shape.n_heads * shape.head_dim,
+    )?;
+    b.launch(Box::new(Attention {
+        q,
+        k_cache,
+        v_cache,
+        query_start_loc: step.query_start_loc,
+        seq_lens: step.seq_lens,
+        block_tables: step.block_tables,
+        block_table_stride: step.block_table_stride,
+        block_size: kv.block_size,
+        shape,
+        out: attn,
+    }))?;
+    Ok(attn)
 }
 
 /// Quantizes `input` (`rows x cols`) once per distinct activation format and launches the `N`

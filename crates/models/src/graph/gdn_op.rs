@@ -14,6 +14,7 @@ use std::sync::Arc;
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
+use crate::hybrid::gated_delta_net::{l2_normalize, softplus};
 use crate::hybrid::{delta_rule, DeltaRule, GatedDeltaNet, HybridModel, Mixer};
 
 pub(crate) struct GdnCore {
@@ -43,25 +44,17 @@ pub(crate) fn scratch_len(g: &GatedDeltaNet, n: usize) -> usize {
     (hist + n) * cd + n * cd + 2 * n * c.k_dim + 2 * n * c.v_dim + 2 * n + c.v_dim
 }
 
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
-fn l2_normalize(x: &mut [f32], scale: f32) {
-    let inv = 1.0 / (x.iter().map(|a| a * a).sum::<f32>() + 1e-6).sqrt();
-    x.iter_mut().for_each(|a| *a *= inv * scale);
-}
-
 impl Op for GdnCore {
     fn name(&self) -> &'static str {
         "gated_delta_net"
     }
 
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        if cx.warming {
+            // A warm-up step runs on whatever the inputs hold: it must not touch the
+            // persistent recurrent states (its work buffers are arena buffers, no scratch to size).
+            return Ok(());
+        }
         let name = self.name();
         let Mixer::Linear(g) = &self.model.layers[self.layer].mixer else {
             return Err(RuntimeError::op(name, "not a linear-attention layer"));

@@ -15,11 +15,11 @@ use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_runtime::{Backend, BufKind, BufRef};
 
-use super::dense::project;
+use super::dense::{project, store_and_attend};
 use super::gdn_op::{scratch_len, GdnCore};
 use super::hybrid_ops::{AttnPrep, RestoreStates, SigmoidGate};
 use super::moe_op::{MoeOp, MoeWork};
-use super::ops::{Add, Attention, Embed, GatherNorm, MatPick, RmsNorm, SiluMul, StoreKv, VecPick};
+use super::ops::{Add, Embed, GatherNorm, MatPick, RmsNorm, SiluMul, VecPick};
 use super::{KvBuffers, StateBuffers, StepView};
 use crate::hybrid::{DenseMlp, GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
 use crate::ModelError;
@@ -313,32 +313,13 @@ fn record_full(
         k,
         positions: step.positions,
     }))?;
-    b.launch(Box::new(StoreKv {
-        slot_mapping: step.slot_mapping,
-        k,
-        v,
-        k_cache,
-        v_cache,
-        kv_width: kw,
-    }))?;
-    let attn = b.alloc("attention", BufKind::F32, n * qw)?;
-    b.launch(Box::new(Attention {
-        q,
-        k_cache,
-        v_cache,
-        query_start_loc: step.query_start_loc,
-        seq_lens: step.seq_lens,
-        block_tables: step.block_tables,
-        block_table_stride: step.block_table_stride,
-        block_size: kv.block_size,
-        shape: AttnShape {
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
-        },
-        out: attn,
-    }))?;
+    let shape = AttnShape {
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        scale: 1.0 / (c.head_dim as f32).sqrt(),
+    };
+    let attn = store_and_attend(b, step, kv, (k_cache, v_cache), [q, k, v], shape)?;
     for buf in [q, k, v] {
         b.release(buf);
     }

@@ -24,7 +24,12 @@ impl Op for RestoreStates {
     fn name(&self) -> &'static str {
         "restore_states"
     }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        if cx.warming {
+            // A warm-up step runs on whatever the inputs hold: it must not touch the
+            // persistent recurrent states.
+            return Ok(());
+        }
         let name = self.name();
         let slots = mem.u32(name, self.state_slots)?;
         let restores = mem.i32(name, self.restore_slots)?;

@@ -249,7 +249,12 @@ impl Op for StoreKv {
     fn name(&self) -> &'static str {
         "store_kv"
     }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        if cx.warming {
+            // A warm-up step runs on whatever the inputs hold: it must not touch the
+            // persistent K/V cache.
+            return Ok(());
+        }
         let slots = mem.i32(self.name(), self.slot_mapping)?;
         let (k, v) = (mem.f32(self.name(), self.k)?, mem.f32(self.name(), self.v)?);
         let kw = self.kv_width;

@@ -44,7 +44,8 @@ pub struct GatedDeltaNet {
     pub eps: f32,
 }
 
-fn softplus(x: f32) -> f32 {
+/// `ln(1 + e^x)`, exact to f32 above 20.
+pub(crate) fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {
@@ -52,7 +53,8 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-fn l2_normalize(x: &mut [f32], scale: f32) {
+/// `x * scale / ||x||` (with 1e-6 under the root).
+pub(crate) fn l2_normalize(x: &mut [f32], scale: f32) {
     let inv = 1.0 / (x.iter().map(|a| a * a).sum::<f32>() + 1e-6).sqrt();
     x.iter_mut().for_each(|a| *a *= inv * scale);
 }

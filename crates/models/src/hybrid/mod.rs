@@ -5,7 +5,7 @@
 mod config;
 pub mod delta_rule;
 mod gated_attention;
-mod gated_delta_net;
+pub(crate) mod gated_delta_net;
 mod load;
 mod model;
 mod moe;
