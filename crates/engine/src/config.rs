@@ -192,3 +192,24 @@ impl EngineConfig {
 pub fn kv_bytes_per_token(model: &ModelConfig, dtype: KvCacheDtype) -> usize {
     KvCache::bytes_per_token(model.kv_layers, model.kv_width()) / 4 * dtype.bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_cache_dtype_parses_resolves_and_sizes() {
+        assert_eq!("f16".parse(), Ok(KvCacheDtype::F16));
+        assert_eq!("float32".parse(), Ok(KvCacheDtype::F32));
+        assert_eq!("auto".parse(), Ok(KvCacheDtype::Auto));
+        let err = "bf8".parse::<KvCacheDtype>().unwrap_err();
+        assert!(err.contains("bf8") && err.contains("f16"), "{err}");
+        assert_eq!(KvCacheDtype::Auto.resolve(true), KvCacheDtype::F32);
+        assert_eq!(KvCacheDtype::Auto.resolve(false), KvCacheDtype::F16);
+        assert_eq!(KvCacheDtype::F32.resolve(false), KvCacheDtype::F32);
+        assert_eq!(
+            (KvCacheDtype::F16.bytes(), KvCacheDtype::F32.bytes()),
+            (2, 4)
+        );
+    }
+}
