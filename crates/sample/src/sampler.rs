@@ -190,6 +190,8 @@ impl Sampler {
 
     /// Temperature, top-k, top-p, min-p and the draw, over the (penalised) logits.
     ///
+    /// The kept candidates are drawn from in token order (as the flat path without truncation
+    /// does), so the drawn token depends on the kept set and `u` only.
     /// Numerators are `exp((logit - max) / t)` by the vector `exp` (`vexp::exp_in_place`,
     /// whose scalar and vector lanes agree bit for bit), so the max token weighs exactly 1 and a
     /// draw does not depend on which path computed it. Without top-k every weight lands in one
@@ -249,6 +251,9 @@ impl Sampler {
             truncate::top_p_of(cands, p, total);
         }
         truncate::min_p(cands, self.params.min_p);
+        // The kept set does not depend on how it was selected, but its order does (selection
+        // permutes): the draw walks it in token order, so every path draws the same token.
+        cands.sort_unstable_by_key(|c| c.0);
         truncate::pick(cands, u)
             .map(|c| c.0)
             .ok_or(SampleError::NoCandidates)
@@ -367,6 +372,7 @@ mod draw_tests {
         cands.retain(|c| c.1 > 0.0);
         truncate::top_p(&mut cands, params.top_p);
         truncate::min_p(&mut cands, params.min_p);
+        cands.sort_unstable_by_key(|c| c.0);
         truncate::pick(&cands, u).map(|c| c.0)
     }
 
