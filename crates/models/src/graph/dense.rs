@@ -7,8 +7,8 @@ use oxllm_kernels::attention::AttnShape;
 use oxllm_runtime::{Backend, BufKind, BufRef};
 
 use super::ops::{
-    Add, Attention, Embed, GatherNorm, MatPick, Project, QkNormRope, Quantize, RmsNorm, SiluMul,
-    StoreKv, VecPick,
+    Add, Attention, Embed, GatherNorm, GraphModel, MatPick, Project, QkNormRope, Quantize, RmsNorm,
+    SiluMul, StoreKv, VecPick,
 };
 use super::{KvBuffers, StepView};
 use crate::{LlamaModel, ModelError};
@@ -111,7 +111,18 @@ pub fn record_dense_forward(
     }
     b.release(normed);
 
-    let m = step.logits();
+    record_head(b, model, step, x)
+}
+
+/// The final norm of the rows at the logits indices and the output head: returns the logits
+/// buffer `[step.logits(), vocab]`; releases `x`.
+pub(super) fn record_head<M: GraphModel>(
+    b: &mut dyn Backend,
+    model: &Arc<M>,
+    step: &StepView,
+    x: BufRef,
+) -> Result<BufRef, ModelError> {
+    let (m, h) = (step.logits(), model.hidden());
     let last = b.alloc("final_norm", BufKind::F32, m * h)?;
     b.launch(Box::new(GatherNorm {
         model: model.clone(),
@@ -120,9 +131,10 @@ pub fn record_dense_forward(
         out: last,
     }))?;
     b.release(x);
-    let head: [(MatPick, Option<VecPick>); 1] = [(|m, _| m.lm_head(), None)];
-    let dt = [model.lm_head().activation_dtype()];
-    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * c.vocab_size])?;
+    let head: [(MatPick<M>, Option<VecPick<M>>); 1] = [(|m, _| m.output_head(), None)];
+    let dt = [model.output_head().activation_dtype()];
+    let vocab = model.vocab_size();
+    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * vocab])?;
     b.release(last);
     Ok(logits)
 }

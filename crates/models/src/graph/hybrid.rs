@@ -15,11 +15,11 @@ use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_runtime::{Backend, BufKind, BufRef};
 
-use super::dense::{project, store_and_attend};
+use super::dense::{project, record_head, store_and_attend};
 use super::gdn_op::{scratch_len, GdnCore};
 use super::hybrid_ops::{AttnPrep, RestoreStates, SigmoidGate};
 use super::moe_op::{MoeOp, MoeWork};
-use super::ops::{Add, Embed, GatherNorm, MatPick, RmsNorm, SiluMul, VecPick};
+use super::ops::{Add, Embed, MatPick, RmsNorm, SiluMul, VecPick};
 use super::{KvBuffers, StateBuffers, StepView};
 use crate::hybrid::{DenseMlp, GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
 use crate::ModelError;
@@ -192,20 +192,7 @@ pub fn record_hybrid_forward(
     }
     b.release(normed);
 
-    let m = step.logits();
-    let last = b.alloc("final_norm", BufKind::F32, m * h)?;
-    b.launch(Box::new(GatherNorm {
-        model: model.clone(),
-        x,
-        logits_indices: step.logits_indices,
-        out: last,
-    }))?;
-    b.release(x);
-    let head: [(Pick, NoBias); 1] = [(|m, _| m.lm_head(), None)];
-    let dt = [model.lm_head().activation_dtype()];
-    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * c.vocab_size])?;
-    b.release(last);
-    Ok(logits)
+    record_head(b, model, step, x)
 }
 
 fn norm(

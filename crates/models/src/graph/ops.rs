@@ -29,6 +29,7 @@ pub(crate) trait GraphModel: Send + Sync + 'static {
     fn rms_eps(&self) -> f32;
     fn vocab_size(&self) -> usize;
     fn hidden(&self) -> usize;
+    fn output_head(&self) -> &QMatrix;
 }
 
 impl GraphModel for LlamaModel {
@@ -47,6 +48,9 @@ impl GraphModel for LlamaModel {
     fn hidden(&self) -> usize {
         self.config.hidden
     }
+    fn output_head(&self) -> &QMatrix {
+        self.lm_head()
+    }
 }
 
 impl GraphModel for HybridModel {
@@ -64,6 +68,9 @@ impl GraphModel for HybridModel {
     }
     fn hidden(&self) -> usize {
         self.config.base.hidden
+    }
+    fn output_head(&self) -> &QMatrix {
+        self.lm_head()
     }
 }
 
