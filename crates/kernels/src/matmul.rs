@@ -16,6 +16,11 @@ use crate::quant::{self, QuantError, VecDotFn};
 #[cfg(target_arch = "x86_64")]
 use crate::scratch::Scratch;
 
+mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_avx512;
+#[cfg(target_arch = "x86_64")]
+mod panel_run;
 mod reference;
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;
@@ -31,9 +36,27 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     row_bytes: usize,
+    /// Row-major blocks, or panels (`panel`) when `panels` is set.
     data: Vec<u8>,
+    panels: Option<panel::PanelFormat>,
     /// Keep activations in f32 for this matrix (see `weight_dot`).
     f32_activations: bool,
+}
+
+/// Whether new matrices are packed into panels where the CPU has the panel kernel
+/// (`OXLLM_MATMUL_PANELS=0` keeps row-major blocks: for A/B measurements).
+fn panels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::env::var("OXLLM_MATMUL_PANELS").map_or(true, |v| v != "0")
+                && quant::detected_isa() == quant::Isa::Avx2
+                && panel_avx512::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +76,21 @@ pub enum MatrixError {
 }
 
 impl QMatrix {
+    /// A matrix from row-major blocks. Q4_0, Q4_1 and Q8_0 are repacked into panels where
+    /// the CPU runs the panel kernel (same memory; [`QMatrix::row`] still gives row-major
+    /// blocks).
     pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, MatrixError> {
+        let m = Self::new_row_major(dtype, rows, cols, data)?;
+        Ok(if panels_enabled() { m.into_panels() } else { m })
+    }
+
+    /// [`QMatrix::new`] without repacking (benches and tests of the row-major kernels).
+    pub fn new_row_major(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<Self, MatrixError> {
         let row_bytes = dtype
             .row_bytes(cols)
             .map_err(|_| MatrixError::PartialBlock { dtype, cols })?;
@@ -75,15 +112,51 @@ impl QMatrix {
             cols,
             row_bytes,
             data,
+            panels: None,
             f32_activations: false,
         })
     }
 
+    fn into_panels(mut self) -> Self {
+        if let (None, Some(f)) = (self.panels, panel::PanelFormat::of(self.dtype)) {
+            self.data = panel::pack(&f, self.rows, self.cols, &self.data);
+            self.panels = Some(f);
+        }
+        self
+    }
+
+    fn into_row_major(mut self) -> Self {
+        if self.panels.is_some() {
+            let data: Vec<u8> = (0..self.rows)
+                .flat_map(|r| self.row(r).into_owned())
+                .collect();
+            self.data = data;
+            self.panels = None;
+        }
+        self
+    }
+
+    /// Whether the matrix is stored as panels.
+    pub fn is_panels(&self) -> bool {
+        self.panels.is_some()
+    }
+
     /// Computes this matrix against f32 activations, dequantizing weights on the fly: exact up
     /// to the weight quantization, slower than the integer path. Meant for the output head.
-    pub fn with_f32_activations(mut self) -> Self {
-        self.f32_activations = true;
-        self
+    ///
+    /// Q8_0 is repacked into wide panels where the CPU runs the panel kernels: activations
+    /// are then rounded to 16 bits per 32-value block (relative error about 1.5e-5 of the
+    /// block's largest value, 256 times finer than the 8-bit path) and the products run as
+    /// integer `vpdpwssd`.
+    pub fn with_f32_activations(self) -> Self {
+        let mut m = self.into_row_major();
+        m.f32_activations = true;
+        if m.dtype == DType::Q8_0 && panels_enabled() {
+            let f = panel::PanelFormat::wide_q8_0();
+            m.data = panel::pack(&f, m.rows, m.cols, &m.data);
+            m.panels = Some(f);
+        }
+        m
     }
 
     pub fn dtype(&self) -> DType {
@@ -95,8 +168,16 @@ impl QMatrix {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    pub fn row(&self, r: usize) -> &[u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    /// Row `r` as row-major blocks (gathered from the panels when packed).
+    pub fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
+        match &self.panels {
+            None => std::borrow::Cow::Borrowed(&self.data[r * self.row_bytes..][..self.row_bytes]),
+            Some(f) => {
+                let mut row = vec![0u8; self.row_bytes];
+                panel::unpack_row(f, &self.data, self.cols, r, &mut row);
+                std::borrow::Cow::Owned(row)
+            }
+        }
     }
     pub fn bytes(&self) -> usize {
         self.data.len()
@@ -104,7 +185,7 @@ impl QMatrix {
 
     /// Dequantizes row `r` (e.g. one token's embedding) into `out`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        quant::dequantize_row(self.dtype, self.row(r), out)
+        quant::dequantize_row(self.dtype, &self.row(r), out)
     }
 
     pub fn activation_dtype(&self) -> DType {
@@ -388,7 +469,7 @@ pub fn matmul_tiled_with(
 ) -> Result<(), QuantError> {
     check_shapes(w, acts, out);
     #[cfg(target_arch = "x86_64")]
-    if kernel.available() && !w.f32_activations {
+    if kernel.available() && !w.f32_activations && w.panels.is_none() {
         if let Some(p) = tiled_plan_for(kernel, pool, w, acts) {
             execute(pool, &[Some(Plan::Tiled(p))], &[Some(SharedMut::new(out))]);
             return Ok(());
@@ -427,6 +508,8 @@ fn tiled_plan_for<'a>(
 enum Plan<'a> {
     #[cfg(target_arch = "x86_64")]
     Tiled(TiledPlan<'a>),
+    #[cfg(target_arch = "x86_64")]
+    Panel(panel_run::PanelPlan<'a>),
     Pairwise {
         w: &'a QMatrix,
         acts: &'a QuantizedActs,
@@ -447,7 +530,11 @@ fn plan<'a>(
     force_pairwise: bool,
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if !force_pairwise && !w.f32_activations {
+    if let (false, Some(f)) = (force_pairwise, w.panels) {
+        return Ok(Plan::Panel(panel_run::panel_plan(pool, f, w, acts)));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !force_pairwise && !w.f32_activations && w.panels.is_none() {
         if let Some(p) = TileKernel::best().and_then(|k| tiled_plan_for(k, pool, w, acts)) {
             return Ok(Plan::Tiled(p));
         }
@@ -494,6 +581,8 @@ impl Plan<'_> {
         match self {
             #[cfg(target_arch = "x86_64")]
             Plan::Tiled(p) => p.tiles,
+            #[cfg(target_arch = "x86_64")]
+            Plan::Panel(p) => p.tiles,
             Plan::Pairwise { tiles, .. } => *tiles,
         }
     }
@@ -504,6 +593,8 @@ impl Plan<'_> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a tiled plan exists only after the AVX2 check; `t < tiles`.
             Plan::Tiled(p) => unsafe { (p.run)(p, t, out) },
+            #[cfg(target_arch = "x86_64")]
+            Plan::Panel(p) => p.run_tile(t, out),
             Plan::Pairwise {
                 w,
                 acts,
@@ -527,6 +618,7 @@ impl Plan<'_> {
                             // An odd last row pairs with itself (computed twice, written once).
                             let j_next = (j + 1).min(j1 - 1);
                             let (a, b) = (w.row(j), w.row(j_next));
+                            let (a, b) = (&*a, &*b);
                             rows_dot2(w.cols, a, b, &rows[..g], &mut c0[..g], &mut c1[..g]);
                             for i in 0..g {
                                 // SAFETY: columns j..=j_next of each output row belong to this
@@ -553,7 +645,7 @@ impl Plan<'_> {
                         let rows: [&[u8]; G] = std::array::from_fn(|i| acts.row(i0 + i.min(g - 1)));
                         let mut col = [0f32; G];
                         for j in j0..j1 {
-                            rows_dot(w.cols, w.row(j), &rows[..g], &mut col[..g]);
+                            rows_dot(w.cols, &w.row(j), &rows[..g], &mut col[..g]);
                             for (i, v) in col[..g].iter().enumerate() {
                                 // SAFETY: column j of each output row belongs to this tile.
                                 unsafe { out.slice((i0 + i) * n_out + j, 1)[0] = *v };
@@ -567,7 +659,7 @@ impl Plan<'_> {
                     // SAFETY: tiles are disjoint column ranges of each output row.
                     let dst = unsafe { out.slice(i * n_out + j0, j1 - j0) };
                     for (d, j) in dst.iter_mut().zip(j0..j1) {
-                        *d = dot(w.cols, w.row(j), a);
+                        *d = dot(w.cols, &w.row(j), a);
                     }
                 }
             }
@@ -862,7 +954,7 @@ mod tests {
                     }
                 }
             }
-            let w = QMatrix::new(dtype, n, k, wq).unwrap();
+            let w = QMatrix::new_row_major(dtype, n, k, wq).unwrap();
             for m in [1, 5, 8, 13] {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.11)
@@ -917,7 +1009,7 @@ mod tests {
                     blk[2..4].copy_from_slice(&half::f16::from_f32(-0.05).to_bits().to_le_bytes());
                 }
             }
-            let w = QMatrix::new(dtype, n, k, wq).unwrap();
+            let w = QMatrix::new_row_major(dtype, n, k, wq).unwrap();
             for m in 1..=13 {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.11)

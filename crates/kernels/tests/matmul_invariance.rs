@@ -102,7 +102,7 @@ fn check(dt: DType, f32_acts: bool, ns: &[usize], k: usize) {
                 let mut adeq = vec![0f32; k];
                 quant::dequantize_row(adt, &qa, &mut adeq).unwrap();
                 for j in 0..n {
-                    let want = scalar(k, w.row(j), &qa);
+                    let want = scalar(k, &w.row(j), &qa);
                     let mag: f32 = wdeq[j].iter().zip(&adeq).map(|(a, b)| (a * b).abs()).sum();
                     let tol = 2e-5 * mag + 1e-5;
                     assert!(

@@ -28,7 +28,7 @@ pub fn matmul_reference(
     {
         let a = acts.row(i);
         for (j, o) in out_row.iter_mut().enumerate() {
-            *o = dot(w.cols, w.row(j), a);
+            *o = dot(w.cols, &w.row(j), a);
         }
     }
     Ok(())
