@@ -185,7 +185,25 @@ impl QMatrix {
 
     /// Dequantizes row `r` (e.g. one token's embedding) into `out`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        quant::dequantize_row(self.dtype, &self.row(r), out)
+        let Some(f) = &self.panels else {
+            return quant::dequantize_row(self.dtype, self.row(r).as_ref(), out);
+        };
+        // Block by block through a stack buffer: embedding lookups run inside captured plans,
+        // which must not allocate.
+        if out.len() != self.cols {
+            return Err(QuantError::Length {
+                dtype: self.dtype,
+                n: out.len(),
+                block: quant::QK,
+                got: self.row_bytes,
+            });
+        }
+        let mut blk = [0u8; panel::MAX_BLOCK_BYTES];
+        for (b, dst) in out.chunks_exact_mut(quant::QK).enumerate() {
+            panel::unpack_block(f, &self.data, self.cols, r, b, &mut blk[..f.w_bytes]);
+            quant::dequantize_row(self.dtype, &blk[..f.w_bytes], dst)?;
+        }
+        Ok(())
     }
 
     pub fn activation_dtype(&self) -> DType {

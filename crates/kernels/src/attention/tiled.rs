@@ -24,6 +24,8 @@ use crate::scratch::Scratch;
 
 /// Queries per tile.
 const QT: usize = 8;
+/// Queries of a tile that takes every head of one decode token.
+const MAXQ: usize = 64;
 /// Keys per block (K and V rows of a block stay in L1 while the tile passes over them).
 const KB: usize = 32;
 /// Marks an item whose queries are the heads of one KV group (decode rows).
@@ -97,7 +99,7 @@ fn tiled_items<E: KvElem>(
     let decode_rows = (0..num_seqs)
         .filter(|&s| meta.query_start_loc[s + 1] == meta.query_start_loc[s] + 1)
         .count();
-    let whole_seq = decode_rows >= 4 * pool.n_threads().max(1);
+    let whole_seq = decode_rows >= 4 * pool.n_threads().max(1) && n_heads <= MAXQ;
     for s in 0..num_seqs {
         let (a, b) = (
             meta.query_start_loc[s] as usize,
@@ -140,23 +142,25 @@ fn tiled_items<E: KvElem>(
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
         // Every score, offset and widened row is written before it is read.
-        let mut scores = Scratch::<f32>::take_dirty(QT * cap);
+        let mut scores = Scratch::<f32>::take_dirty(QT.max(n_heads) * cap);
         let mut offs = Scratch::<usize>::take_dirty(cap);
         // Half-float caches: one key block (or value block) widened once for every query.
-        let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * head_dim });
+        let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * kv_width });
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items.len() {
                 break;
             }
             let [s, t0, nq, item_h] = items[i].map(|x| x as usize);
+            // Every KV group of one decode token in one tile: the block loop then reads each
+            // cache row whole (all KV heads), in slot order.
             let all = item_h & ALL_KV_HEADS as usize != 0;
-            for kvh in 0..if all { n_kv_heads } else { 1 } {
-                let h = if all {
-                    HEAD_GROUP as usize | kvh
-                } else {
-                    item_h
-                };
+            let (h, nq, groups) = if all {
+                (HEAD_GROUP as usize, n_heads, n_kv_heads)
+            } else {
+                (item_h, nq, 1)
+            };
+            {
                 // Head-grouped item: queries are heads kvh*group.. of one token, all at one position.
                 let heads = h & HEAD_GROUP as usize != 0;
                 let (kvh, step) = if heads {
@@ -173,10 +177,11 @@ fn tiled_items<E: KvElem>(
                 // Block by block: no division per key, one bounds check per block.
                 let bs = meta.block_size;
                 let cache_len = k_cache.len().min(v_cache.len());
+                let row_width = groups * head_dim;
                 for (bi, chunk) in offs[..ctx_max].chunks_mut(bs).enumerate() {
                     let first = table[bi] as usize * bs * kv_width + kvh * head_dim;
                     let last = first + (chunk.len() - 1) * kv_width;
-                    assert!(last + head_dim <= cache_len, "K/V slot outside the cache");
+                    assert!(last + row_width <= cache_len, "K/V slot outside the cache");
                     for (i, o) in chunk.iter_mut().enumerate() {
                         *o = first + i * kv_width;
                     }
@@ -190,14 +195,18 @@ fn tiled_items<E: KvElem>(
                         (t0 + j) * q_width + h * head_dim
                     }
                 };
-                let qs: [*const f32; QT] =
+                let qs: [*const f32; MAXQ] =
                     std::array::from_fn(|j| q[row_of(j)..][..head_dim].as_ptr());
-                let outs: [*mut f32; QT] = std::array::from_fn(|j| {
+                let outs: [*mut f32; MAXQ] = std::array::from_fn(|j| {
+                    if j >= nq {
+                        return std::ptr::null_mut();
+                    }
                     // SAFETY: each (token, head) output row belongs to exactly one item.
                     unsafe { out_ptr.slice(row_of(j), head_dim).as_mut_ptr() }
                 });
                 let tile = Tile {
                     nq,
+                    groups,
                     first_ctx: first_pos + 1,
                     ctx_step: step,
                     head_dim,
@@ -217,6 +226,9 @@ fn tiled_items<E: KvElem>(
 
 struct Tile<'a, E> {
     nq: usize,
+    /// KV heads the tile covers (heads mode only; 1 otherwise): queries `g * nq / groups..`
+    /// read KV head `g`, at `g * head_dim` into each cache row.
+    groups: usize,
     /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j * ctx_step`
     /// keys (step 1: consecutive tokens of one head; step 0: heads of one token).
     first_ctx: usize,
@@ -233,49 +245,55 @@ impl<E: KvElem> Tile<'_, E> {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn run(
         &self,
-        qs: &[*const f32; QT],
-        outs: &[*mut f32; QT],
+        qs: &[*const f32; MAXQ],
+        outs: &[*mut f32; MAXQ],
         scores: &mut [f32],
         wide: &mut [f32],
     ) {
         let (nq, hd) = (self.nq, self.head_dim);
+        let gs = nq / self.groups;
         let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
         let sc = scores.as_mut_ptr();
         // Scores, one block of keys at a time.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
-            let krow = self.block(self.k, p0, p1, wide);
-            // Heads of one token (decode) see the same keys: two at a time share each K load.
-            let mut j0 = 0;
-            if self.ctx_step == 0 {
-                let pe = p1.min(self.first_ctx);
-                while j0 + 1 < nq {
-                    let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+            let rows = self.block(self.k, p0, p1, wide);
+            for g in 0..self.groups {
+                let krow = |p: usize| rows(p).add(g * hd);
+                let (ja, jb) = (g * gs, (g + 1) * gs);
+                // Heads of one token (decode) see the same keys: two at a time share each K load.
+                let mut j0 = ja;
+                if self.ctx_step == 0 {
+                    let pe = p1.min(self.first_ctx);
+                    while j0 + 1 < jb {
+                        let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                        let mut p = p0;
+                        while p < pe {
+                            let ks: [*const f32; 4] =
+                                std::array::from_fn(|u| krow((p + u).min(pe - 1)));
+                            let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
+                            for u in 0..(pe - p).min(4) {
+                                *rows.0.add(p + u) = d0[u] * self.scale;
+                                *rows.1.add(p + u) = d1[u] * self.scale;
+                            }
+                            p += 4;
+                        }
+                        j0 += 2;
+                    }
+                }
+                for (j, &qp) in qs.iter().enumerate().take(jb).skip(j0) {
+                    let pe = p1.min(self.first_ctx + j * self.ctx_step);
+                    let row = sc.add(j * self.stride);
                     let mut p = p0;
                     while p < pe {
                         let ks: [*const f32; 4] =
                             std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                        let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
-                        for u in 0..(pe - p).min(4) {
-                            *rows.0.add(p + u) = d0[u] * self.scale;
-                            *rows.1.add(p + u) = d1[u] * self.scale;
+                        let d = dot4(qp, ks, hd);
+                        for (u, &dv) in d.iter().enumerate().take(pe - p) {
+                            *row.add(p + u) = dv * self.scale;
                         }
                         p += 4;
                     }
-                    j0 += 2;
-                }
-            }
-            for (j, &qp) in qs.iter().enumerate().take(nq).skip(j0) {
-                let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                let row = sc.add(j * self.stride);
-                let mut p = p0;
-                while p < pe {
-                    let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                    let d = dot4(qp, ks, hd);
-                    for (u, &dv) in d.iter().enumerate().take(pe - p) {
-                        *row.add(p + u) = dv * self.scale;
-                    }
-                    p += 4;
                 }
             }
         }
@@ -287,47 +305,56 @@ impl<E: KvElem> Tile<'_, E> {
         // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
-            let vrow = self.block(self.v, p0, p1, wide);
-            let mut j0 = 0;
-            if self.ctx_step == 0 && p0 < self.first_ctx {
-                // Decode heads: two outputs share each V load (same lane chains as `axpy`).
-                let pe = p1.min(self.first_ctx);
-                while j0 + 1 < nq {
-                    let o = (outs[j0], outs[j0 + 1]);
-                    let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+            let rows = self.block(self.v, p0, p1, wide);
+            for g in 0..self.groups {
+                let vrow = |p: usize| rows(p).add(g * hd);
+                let (ja, jb) = (g * gs, (g + 1) * gs);
+                let mut j0 = ja;
+                if self.ctx_step == 0 && p0 < self.first_ctx {
+                    // Decode heads: two outputs share each V load (same lane chains as `axpy`).
+                    let pe = p1.min(self.first_ctx);
+                    while j0 + 1 < jb {
+                        let o = (outs[j0], outs[j0 + 1]);
+                        let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                        let mut d0 = 0;
+                        while d0 + 32 <= hd {
+                            axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
+                                vrow(p).add(d0)
+                            });
+                            d0 += 32;
+                        }
+                        while d0 < hd {
+                            axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
+                                vrow(p).add(d0)
+                            });
+                            d0 += 8;
+                        }
+                        j0 += 2;
+                    }
+                }
+                for (j, &op) in outs.iter().enumerate().take(jb).skip(j0) {
+                    let pe = p1.min(self.first_ctx + j * self.ctx_step);
+                    if pe <= p0 {
+                        continue;
+                    }
+                    let w = sc.add(j * self.stride);
                     let mut d0 = 0;
-                    while d0 + 32 <= hd {
-                        axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
-                        d0 += 32;
+                    while d0 + 64 <= hd {
+                        axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
+                        d0 += 64;
                     }
                     while d0 < hd {
-                        axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
+                        axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
                         d0 += 8;
                     }
-                    j0 += 2;
-                }
-            }
-            for (j, &op) in outs.iter().enumerate().take(nq).skip(j0) {
-                let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                if pe <= p0 {
-                    continue;
-                }
-                let w = sc.add(j * self.stride);
-                let mut d0 = 0;
-                while d0 + 64 <= hd {
-                    axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                    d0 += 64;
-                }
-                while d0 < hd {
-                    axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                    d0 += 8;
                 }
             }
         }
     }
 
-    /// Row `p` (in `p0..p1`) of one block of `cache` as f32: the cache row itself for an f32
-    /// cache; otherwise the block is first widened into `wide` (exactly) and rows point there.
+    /// Row `p` (in `p0..p1`) of one block of `cache` as f32 (the tile's `groups` KV heads,
+    /// `groups * head_dim` values): the cache row itself for an f32 cache; otherwise the block
+    /// is first widened into `wide` (exactly) and rows point there.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block(
@@ -337,12 +364,12 @@ impl<E: KvElem> Tile<'_, E> {
         p1: usize,
         wide: &mut [f32],
     ) -> impl Fn(usize) -> *const f32 + '_ {
-        let hd = self.head_dim;
+        let rw = self.groups * self.head_dim;
         if !E::IS_F32 {
             for p in p0..p1 {
                 let src = cache.add(self.offs[p]);
-                let dst = wide.as_mut_ptr().add((p - p0) * hd);
-                for d in (0..hd).step_by(8) {
+                let dst = wide.as_mut_ptr().add((p - p0) * rw);
+                for d in (0..rw).step_by(8) {
                     _mm256_storeu_ps(dst.add(d), E::load8(src.add(d)));
                 }
             }
@@ -352,7 +379,7 @@ impl<E: KvElem> Tile<'_, E> {
             if E::IS_F32 {
                 base.add(self.offs[p])
             } else {
-                wide.add((p - p0) * hd)
+                wide.add((p - p0) * rw)
             }
         }
     }

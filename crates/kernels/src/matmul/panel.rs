@@ -143,24 +143,38 @@ pub(crate) fn pack(f: &PanelFormat, rows: usize, cols: usize, src: &[u8]) -> Vec
     out
 }
 
+/// Bytes of the largest row-major block a panel format stores (Q8_0).
+pub(crate) const MAX_BLOCK_BYTES: usize = 34;
+
 /// The row-major blocks of row `r` of a panel matrix (the inverse of [`pack`] for one row).
 pub(crate) fn unpack_row(f: &PanelFormat, packed: &[u8], cols: usize, r: usize, dst: &mut [u8]) {
+    for b in 0..cols / QK {
+        unpack_block(f, packed, cols, r, b, &mut dst[b * f.w_bytes..][..f.w_bytes]);
+    }
+}
+
+/// Block `b` of row `r` of a panel matrix, as the row-major block (`f.w_bytes` bytes).
+pub(crate) fn unpack_block(
+    f: &PanelFormat,
+    packed: &[u8],
+    cols: usize,
+    r: usize,
+    b: usize,
+    blk: &mut [u8],
+) {
     let nb = cols / QK;
     let rec = f.record_bytes();
     let (panel, lane) = (r / P, r % P);
-    for b in 0..nb {
-        let src = &packed[(panel * nb + b) * rec..][..rec];
-        let blk = &mut dst[b * f.w_bytes..][..f.w_bytes];
-        blk[0..2].copy_from_slice(&src[2 * lane..2 * lane + 2]);
-        if f.has_min {
-            blk[2..4].copy_from_slice(&src[2 * P + 2 * lane..2 * P + 2 * lane + 2]);
-        }
-        let qs = &src[f.scale_bytes()..];
-        let g = f.group;
-        for j in 0..f.qs_bytes / (g * P) {
-            for i in 0..g {
-                blk[f.w_qs + g * j + i] = f.stored(qs[(j * P + lane) * g + i]);
-            }
+    let src = &packed[(panel * nb + b) * rec..][..rec];
+    blk[0..2].copy_from_slice(&src[2 * lane..2 * lane + 2]);
+    if f.has_min {
+        blk[2..4].copy_from_slice(&src[2 * P + 2 * lane..2 * P + 2 * lane + 2]);
+    }
+    let qs = &src[f.scale_bytes()..];
+    let g = f.group;
+    for j in 0..f.qs_bytes / (g * P) {
+        for i in 0..g {
+            blk[f.w_qs + g * j + i] = f.stored(qs[(j * P + lane) * g + i]);
         }
     }
 }
