@@ -269,6 +269,14 @@ impl<T> SharedMut<T> {
     pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
+    /// A raw pointer to element `start` (no reference is formed, so threads may each write
+    /// their own elements of one row through pointers derived from it).
+    ///
+    /// # Safety
+    /// `start` lies inside the original slice (or one past its end).
+    pub unsafe fn ptr_at(&self, start: usize) -> *mut T {
+        self.0.add(start)
+    }
 }
 
 #[cfg(test)]

@@ -318,15 +318,11 @@ impl<E: KvElem> Tile<'_, E> {
                         let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
                         let mut d0 = 0;
                         while d0 + 32 <= hd {
-                            axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
-                                vrow(p).add(d0)
-                            });
+                            axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
                             d0 += 32;
                         }
                         while d0 < hd {
-                            axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
-                                vrow(p).add(d0)
-                            });
+                            axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
                             d0 += 8;
                         }
                         j0 += 2;

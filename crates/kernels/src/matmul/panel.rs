@@ -149,7 +149,14 @@ pub(crate) const MAX_BLOCK_BYTES: usize = 34;
 /// The row-major blocks of row `r` of a panel matrix (the inverse of [`pack`] for one row).
 pub(crate) fn unpack_row(f: &PanelFormat, packed: &[u8], cols: usize, r: usize, dst: &mut [u8]) {
     for b in 0..cols / QK {
-        unpack_block(f, packed, cols, r, b, &mut dst[b * f.w_bytes..][..f.w_bytes]);
+        unpack_block(
+            f,
+            packed,
+            cols,
+            r,
+            b,
+            &mut dst[b * f.w_bytes..][..f.w_bytes],
+        );
     }
 }
 

@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 /// Activation rows per kernel call.
-pub(crate) const CH: usize = 8;
+pub(crate) const CH: usize = 16;
 
 /// Whether this CPU runs the panel kernel.
 pub(crate) fn available() -> bool {
@@ -32,15 +32,14 @@ pub(crate) struct Chunk<const C: usize> {
     pub ad: [*const f32; C],
     pub sa: [*const f32; C],
     pub corr: [*const i32; C],
-    /// First output of each row (16 consecutive floats, `mask` says which are written).
+    /// Each output row; a call writes the lanes of `mask` at column `col`.
     pub out: [*mut f32; C],
-    pub mask: u16,
 }
 
 /// The panel at `panel` (`nb` records of `rec` bytes, scales first) against the chunk.
 ///
 /// # Safety
-/// See the module's contract; `out[c]` is valid for the lanes set in `mask`.
+/// See the module's contract; `out[c] + col` is valid for the lanes set in `mask`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn panel_chunk<
@@ -56,6 +55,7 @@ pub(crate) unsafe fn panel_chunk<
     a_qs: usize,
     panel: *const u8,
     ch: &Chunk<C>,
+    (col, mask): (usize, u16),
 ) {
     let mut acc = [_mm512_setzero_ps(); C];
     let low = _mm512_set1_epi8(0x0F);
@@ -102,7 +102,7 @@ pub(crate) unsafe fn panel_chunk<
         }
     }
     for (out, acc) in ch.out.iter().zip(acc) {
-        _mm512_mask_storeu_ps(*out, ch.mask, acc);
+        _mm512_mask_storeu_ps(out.add(col), mask, acc);
     }
 }
 
@@ -111,8 +111,8 @@ pub(crate) struct WideChunk<const C: usize> {
     /// Each row's `panel::quantize_act16` pairs (`16 * nb` i32) and scales (`nb`).
     pub pairs: [*const i32; C],
     pub ad: [*const f32; C],
+    /// Each output row; a call writes the lanes of `mask` at column `col`.
     pub out: [*mut f32; C],
-    pub mask: u16,
 }
 
 /// A wide Q8_0 panel (`nb` records of `rec` bytes) against a chunk of 16-bit activation rows:
@@ -120,13 +120,14 @@ pub(crate) struct WideChunk<const C: usize> {
 /// chains of eight summed exactly), one convert, one multiply and one fma.
 ///
 /// # Safety
-/// See the module's contract; `out[c]` is valid for the lanes set in `mask`.
+/// See the module's contract; `out[c] + col` is valid for the lanes set in `mask`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn wide_chunk<const C: usize>(
     nb: usize,
     rec: usize,
     panel: *const u8,
     ch: &WideChunk<C>,
+    (col, mask): (usize, u16),
 ) {
     let mut acc = [_mm512_setzero_ps(); C];
     for b in 0..nb {
@@ -148,6 +149,6 @@ pub(crate) unsafe fn wide_chunk<const C: usize>(
         }
     }
     for (out, acc) in ch.out.iter().zip(acc) {
-        _mm512_mask_storeu_ps(*out, ch.mask, acc);
+        _mm512_mask_storeu_ps(out.add(col), mask, acc);
     }
 }

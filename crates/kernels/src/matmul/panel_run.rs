@@ -127,7 +127,15 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
         5 => chunk::<5, MIN, NIB, BIAS>(p, wi, c0, out),
         6 => chunk::<6, MIN, NIB, BIAS>(p, wi, c0, out),
         7 => chunk::<7, MIN, NIB, BIAS>(p, wi, c0, out),
-        _ => chunk::<8, MIN, NIB, BIAS>(p, wi, c0, out),
+        8 => chunk::<8, MIN, NIB, BIAS>(p, wi, c0, out),
+        9 => chunk::<9, MIN, NIB, BIAS>(p, wi, c0, out),
+        10 => chunk::<10, MIN, NIB, BIAS>(p, wi, c0, out),
+        11 => chunk::<11, MIN, NIB, BIAS>(p, wi, c0, out),
+        12 => chunk::<12, MIN, NIB, BIAS>(p, wi, c0, out),
+        13 => chunk::<13, MIN, NIB, BIAS>(p, wi, c0, out),
+        14 => chunk::<14, MIN, NIB, BIAS>(p, wi, c0, out),
+        15 => chunk::<15, MIN, NIB, BIAS>(p, wi, c0, out),
+        _ => chunk::<16, MIN, NIB, BIAS>(p, wi, c0, out),
     }
 }
 
@@ -141,32 +149,32 @@ unsafe fn chunk<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bo
     let (n, nb) = (p.w.rows, p.nb);
     let rec = p.f.record_bytes();
     let j1 = ((wi + 1) * p.wt).min(n);
+    let ch = Chunk::<C> {
+        acts: std::array::from_fn(|c| p.acts.row(c0 + c).as_ptr()),
+        ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
+        sa: std::array::from_fn(|c| p.sa[(c0 + c) * nb..].as_ptr()),
+        corr: std::array::from_fn(|c| p.corr[(c0 + c) * nb..].as_ptr()),
+        // SAFETY: row starts of the output; this tile writes only its own columns.
+        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + c) * n) }),
+    };
     for j in (wi * p.wt..j1).step_by(P) {
-        let live = (n - j).min(P);
-        let ch = Chunk::<C> {
-            acts: std::array::from_fn(|c| p.acts.row(c0 + c).as_ptr()),
-            ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
-            sa: std::array::from_fn(|c| p.sa[(c0 + c) * nb..].as_ptr()),
-            corr: std::array::from_fn(|c| p.corr[(c0 + c) * nb..].as_ptr()),
-            // SAFETY: columns j..j + live of rows c0.. belong to this tile.
-            out: std::array::from_fn(|c| unsafe { out.slice((c0 + c) * n + j, live).as_mut_ptr() }),
-            mask: if live == P {
-                u16::MAX
-            } else {
-                (1u16 << live) - 1
-            },
-        };
         let panel = p.w.data[(j / P) * nb * rec..].as_ptr();
-        panel_chunk::<C, MIN, NIB, BIAS>(
-            nb,
-            rec,
-            p.f.scale_bytes(),
-            p.f.a_bytes,
-            p.f.a_qs,
-            panel,
-            &ch,
-        );
+        let (scale_bytes, a) = (p.f.scale_bytes(), (p.f.a_bytes, p.f.a_qs));
+        panel_chunk::<C, MIN, NIB, BIAS>(nb, rec, scale_bytes, a.0, a.1, panel, &ch, lanes(n, j));
     }
+}
+
+/// Column `j` and the mask of its live lanes (the last panel may be partial).
+fn lanes(n: usize, j: usize) -> (usize, u16) {
+    let live = (n - j).min(P);
+    (
+        j,
+        if live == P {
+            u16::MAX
+        } else {
+            (1u16 << live) - 1
+        },
+    )
 }
 
 /// [`tile`] for the wide (16-bit activation) format.
@@ -182,7 +190,15 @@ unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &
         5 => chunk_wide::<5>(p, wi, c0, out),
         6 => chunk_wide::<6>(p, wi, c0, out),
         7 => chunk_wide::<7>(p, wi, c0, out),
-        _ => chunk_wide::<8>(p, wi, c0, out),
+        8 => chunk_wide::<8>(p, wi, c0, out),
+        9 => chunk_wide::<9>(p, wi, c0, out),
+        10 => chunk_wide::<10>(p, wi, c0, out),
+        11 => chunk_wide::<11>(p, wi, c0, out),
+        12 => chunk_wide::<12>(p, wi, c0, out),
+        13 => chunk_wide::<13>(p, wi, c0, out),
+        14 => chunk_wide::<14>(p, wi, c0, out),
+        15 => chunk_wide::<15>(p, wi, c0, out),
+        _ => chunk_wide::<16>(p, wi, c0, out),
     }
 }
 
@@ -197,19 +213,14 @@ unsafe fn chunk_wide<const C: usize>(
     let rec = p.f.record_bytes();
     let half = p.w.cols / 2;
     let j1 = ((wi + 1) * p.wt).min(n);
+    let ch = WideChunk::<C> {
+        pairs: std::array::from_fn(|c| p.pairs[(c0 + c) * half..].as_ptr()),
+        ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
+        // SAFETY: row starts of the output; this tile writes only its own columns.
+        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + c) * n) }),
+    };
     for j in (wi * p.wt..j1).step_by(P) {
-        let live = (n - j).min(P);
-        let ch = WideChunk::<C> {
-            pairs: std::array::from_fn(|c| p.pairs[(c0 + c) * half..].as_ptr()),
-            ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
-            // SAFETY: columns j..j + live of rows c0.. belong to this tile.
-            out: std::array::from_fn(|c| unsafe { out.slice((c0 + c) * n + j, live).as_mut_ptr() }),
-            mask: if live == P {
-                u16::MAX
-            } else {
-                (1u16 << live) - 1
-            },
-        };
-        wide_chunk::<C>(nb, rec, p.w.data[(j / P) * nb * rec..].as_ptr(), &ch);
+        let panel = p.w.data[(j / P) * nb * rec..].as_ptr();
+        wide_chunk::<C>(nb, rec, panel, &ch, lanes(n, j));
     }
 }
