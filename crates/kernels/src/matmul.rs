@@ -38,7 +38,7 @@ pub struct QMatrix {
     row_bytes: usize,
     /// Row-major blocks, or panels (`panel`) when `panels` is set.
     data: Vec<u8>,
-    panels: Option<panel::PanelFormat>,
+    panels: Option<&'static panel::PanelFormat>,
     /// Keep activations in f32 for this matrix (see `weight_dot`).
     f32_activations: bool,
 }
@@ -119,7 +119,7 @@ impl QMatrix {
 
     fn into_panels(mut self) -> Self {
         if let (None, Some(f)) = (self.panels, panel::PanelFormat::of(self.dtype)) {
-            self.data = panel::pack(&f, self.rows, self.cols, &self.data);
+            self.data = panel::pack(f, self.rows, self.cols, &self.data);
             self.panels = Some(f);
         }
         self
@@ -153,7 +153,7 @@ impl QMatrix {
         m.f32_activations = true;
         if m.dtype == DType::Q8_0 && panels_enabled() {
             let f = panel::PanelFormat::wide_q8_0();
-            m.data = panel::pack(&f, m.rows, m.cols, &m.data);
+            m.data = panel::pack(f, m.rows, m.cols, &m.data);
             m.panels = Some(f);
         }
         m
@@ -549,7 +549,7 @@ fn plan<'a>(
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
     if let (false, Some(f)) = (force_pairwise, w.panels) {
-        return Ok(Plan::Panel(panel_run::panel_plan(pool, f, w, acts)));
+        return Ok(Plan::Panel(panel_run::panel_plan(pool, *f, w, acts)));
     }
     #[cfg(target_arch = "x86_64")]
     if !force_pairwise && !w.f32_activations && w.panels.is_none() {

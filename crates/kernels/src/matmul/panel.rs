@@ -49,37 +49,45 @@ pub(crate) struct PanelFormat {
     pub group: usize,
 }
 
+const fn format(dtype: DType, w_bytes: usize, has_min: bool, bias: i32) -> PanelFormat {
+    PanelFormat {
+        dtype,
+        w_bytes,
+        w_qs: if has_min { 4 } else { 2 },
+        qs_bytes: if w_bytes == 34 { 512 } else { 256 },
+        has_min,
+        bias,
+        a_bytes: if has_min { 36 } else { 34 },
+        a_qs: if has_min { 4 } else { 2 },
+        group: 4,
+    }
+}
+
+static Q4_0: PanelFormat = format(DType::Q4_0, 18, false, 8);
+static Q4_1: PanelFormat = format(DType::Q4_1, 20, true, 0);
+static Q8_0: PanelFormat = format(DType::Q8_0, 34, false, 128);
+static WIDE_Q8_0: PanelFormat = PanelFormat {
+    bias: 0,
+    a_bytes: 0,
+    a_qs: 0,
+    group: 2,
+    ..format(DType::Q8_0, 34, false, 0)
+};
+
 impl PanelFormat {
-    pub(crate) fn of(dtype: DType) -> Option<PanelFormat> {
-        let (w_bytes, w_qs, qs_bytes, has_min, bias, a_bytes) = match dtype {
-            DType::Q4_0 => (18, 2, 256, false, 8, 34),
-            DType::Q4_1 => (20, 4, 256, true, 0, 36),
-            DType::Q8_0 => (34, 2, 512, false, 128, 34),
-            _ => return None,
-        };
-        Some(PanelFormat {
-            dtype,
-            w_bytes,
-            w_qs,
-            qs_bytes,
-            has_min,
-            bias,
-            a_bytes,
-            a_qs: if has_min { 4 } else { 2 },
-            group: 4,
-        })
+    pub(crate) fn of(dtype: DType) -> Option<&'static PanelFormat> {
+        match dtype {
+            DType::Q4_0 => Some(&Q4_0),
+            DType::Q4_1 => Some(&Q4_1),
+            DType::Q8_0 => Some(&Q8_0),
+            _ => None,
+        }
     }
 
     /// Q8_0 weights against 16-bit activations (the output head, see `head`): signed quants
     /// as stored, two per lane.
-    pub(crate) fn wide_q8_0() -> PanelFormat {
-        PanelFormat {
-            bias: 0,
-            a_bytes: 0,
-            a_qs: 0,
-            group: 2,
-            ..PanelFormat::of(DType::Q8_0).expect("Q8_0 has a panel form")
-        }
+    pub(crate) fn wide_q8_0() -> &'static PanelFormat {
+        &WIDE_Q8_0
     }
 
     /// Bytes of the scale part of a record.
@@ -348,12 +356,12 @@ mod tests {
             let (rows, cols) = (37, 96);
             let mut seed = 7;
             let w = weights(dtype, rows, cols, &mut seed);
-            let packed = pack(&f, rows, cols, &w);
+            let packed = pack(f, rows, cols, &w);
             assert_eq!(packed.len(), 3 * 3 * f.record_bytes());
             let rb = cols / QK * f.w_bytes;
             let mut row = vec![0u8; rb];
             for r in 0..rows {
-                unpack_row(&f, &packed, cols, r, &mut row);
+                unpack_row(f, &packed, cols, r, &mut row);
                 assert_eq!(row, w[r * rb..(r + 1) * rb], "{dtype} row {r}");
             }
         }
@@ -369,7 +377,7 @@ mod tests {
             let nb = cols / QK;
             let mut seed = 11 + dtype as u64;
             let w = weights(dtype, rows, cols, &mut seed);
-            let packed = pack(&f, rows, cols, &w);
+            let packed = pack(f, rows, cols, &w);
             let x: Vec<f32> = (0..cols)
                 .map(|_| (rng(&mut seed) % 2000) as f32 / 500.0 - 2.0)
                 .collect();
@@ -377,8 +385,8 @@ mod tests {
             let mut a = vec![0u8; adt.row_bytes(cols).unwrap()];
             quant::quantize_row(adt, &x, &mut a).unwrap();
             let (mut ad, mut sa, mut corr) = (vec![0f32; nb], vec![0f32; nb], vec![0i32; nb]);
-            act_terms(&f, &a, nb, &mut ad, &mut sa, &mut corr);
-            let got = panel_dot_ref(&f, &packed, nb, &a, (&ad, &sa, &corr));
+            act_terms(f, &a, nb, &mut ad, &mut sa, &mut corr);
+            let got = panel_dot_ref(f, &packed, nb, &a, (&ad, &sa, &corr));
             let dot = vec_dot_for(dtype, Isa::Scalar).unwrap();
             let rb = nb * f.w_bytes;
             for r in 0..rows {
@@ -410,7 +418,7 @@ mod tests {
                 let nb = cols / QK;
                 let mut seed = 3 + n as u64 + dtype as u64;
                 let w = weights(dtype, n, cols, &mut seed);
-                let packed = pack(&f, n, cols, &w);
+                let packed = pack(f, n, cols, &w);
                 let w = QMatrix::new_row_major(dtype, n, cols, w)
                     .unwrap()
                     .into_panels();
@@ -427,11 +435,11 @@ mod tests {
                         let a = acts.row(i);
                         let (mut ad, mut sa, mut corr) =
                             (vec![0f32; nb], vec![0f32; nb], vec![0i32; nb]);
-                        act_terms(&f, a, nb, &mut ad, &mut sa, &mut corr);
+                        act_terms(f, a, nb, &mut ad, &mut sa, &mut corr);
                         for p in 0..n.div_ceil(P) {
                             let rec = nb * f.record_bytes();
                             let want =
-                                panel_dot_ref(&f, &packed[p * rec..], nb, a, (&ad, &sa, &corr));
+                                panel_dot_ref(f, &packed[p * rec..], nb, a, (&ad, &sa, &corr));
                             for (l, want) in want.iter().enumerate().take((n - p * P).min(P)) {
                                 let got = out[i * n + p * P + l];
                                 assert_eq!(
@@ -461,7 +469,7 @@ mod tests {
             let nb = cols / QK;
             let mut seed = 5 + n as u64;
             let w = weights(DType::Q8_0, n, cols, &mut seed);
-            let packed = pack(&f, n, cols, &w);
+            let packed = pack(f, n, cols, &w);
             let w = QMatrix::new(DType::Q8_0, n, cols, w)
                 .unwrap()
                 .with_f32_activations();
@@ -482,7 +490,7 @@ mod tests {
                     quantize_act16(acts.row(i), &mut pairs, &mut ad);
                     for p in 0..n.div_ceil(P) {
                         let rec = nb * f.record_bytes();
-                        let want = wide_dot_ref(&f, &packed[p * rec..], nb, &pairs, &ad);
+                        let want = wide_dot_ref(f, &packed[p * rec..], nb, &pairs, &ad);
                         for (l, want) in want.iter().enumerate().take((n - p * P).min(P)) {
                             let j = p * P + l;
                             let got = out[i * n + j];
