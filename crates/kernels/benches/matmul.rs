@@ -2,8 +2,9 @@
 //! m = 512 (prefill), the register-blocked path (`matmul`) against the pairwise baseline
 //! (`matmul_pairwise`), 2 threads; then each tile kernel variant the CPU has (AVX2, AVX-VNNI,
 //! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512; then the f32-activation output head
-//! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512. Run: `cargo bench -p oxllm-kernels
-//! --bench matmul`.
+//! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512; and
+//! the weight panels against the same weights row-major at m = 1 and 16. Run:
+//! `cargo bench -p oxllm-kernels --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use oxllm_kernels::matmul::{
@@ -27,7 +28,8 @@ impl Lcg {
     }
 }
 
-fn q4_1_matrix(rng: &mut Lcg, rows: usize, cols: usize) -> QMatrix {
+/// Random Q4_1 weights; `row_major` keeps them out of panels (the tile kernels' layout).
+fn q4_1_matrix(rng: &mut Lcg, rows: usize, cols: usize, row_major: bool) -> QMatrix {
     let len = DType::Q4_1.row_bytes(cols).unwrap() * rows;
     let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
     let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
@@ -35,7 +37,11 @@ fn q4_1_matrix(rng: &mut Lcg, rows: usize, cols: usize) -> QMatrix {
         blk[0..2].copy_from_slice(&scale);
         blk[2..4].copy_from_slice(&scale);
     }
-    QMatrix::new(DType::Q4_1, rows, cols, b).unwrap()
+    if row_major {
+        QMatrix::new_row_major(DType::Q4_1, rows, cols, b).unwrap()
+    } else {
+        QMatrix::new(DType::Q4_1, rows, cols, b).unwrap()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -46,7 +52,7 @@ fn bench(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2))
         .sample_size(20);
     for (n, k) in [(576, 576), (1536, 576), (576, 1536)] {
-        let w = q4_1_matrix(&mut rng, n, k);
+        let w = q4_1_matrix(&mut rng, n, k, false);
         for m in [1usize, 512] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
             let acts = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
@@ -76,7 +82,7 @@ fn bench_tile_kernels(c: &mut Criterion) {
         TileKernel::Avx512Vnni,
     ];
     for (n, k) in [(1536, 576), (576, 1536)] {
-        let w = q4_1_matrix(&mut rng, n, k);
+        let w = q4_1_matrix(&mut rng, n, k, true);
         for m in [1usize, 16, 512] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
             let acts = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
@@ -84,6 +90,36 @@ fn bench_tile_kernels(c: &mut Criterion) {
             for kernel in kernels.into_iter().filter(|k| k.available()) {
                 g.bench_function(format!("{kernel:?}/{n}x{k}_m{m}"), |b| {
                     b.iter(|| matmul_tiled_with(kernel, &pool, &w, &acts, &mut out).unwrap())
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// The weight-panel layout (16 rows interleaved, AVX512-VNNI) against the same weights
+/// row-major on the best tile kernel, through `matmul`, at m = 1 and 16 (decode).
+fn bench_panels(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(13);
+    let mut g = c.benchmark_group("panels_vs_rows_q4_1");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    for (n, k) in [(576, 576), (1536, 576), (576, 1536)] {
+        let rows = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, true);
+        let panels = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, false);
+        if !panels.is_panels() {
+            eprintln!("panels: this CPU has no AVX512-VNNI (or OXLLM_MATMUL_PANELS=0)");
+            return;
+        }
+        for m in [1usize, 16] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+            let acts = quantize_acts(&pool, &x, m, k, DType::Q8_1).unwrap();
+            let mut out = vec![0f32; m * n];
+            for (name, w) in [("rows", &rows), ("panels", &panels)] {
+                g.bench_function(format!("{name}/{n}x{k}_m{m}"), |b| {
+                    b.iter(|| matmul(&pool, w, &acts, &mut out).unwrap())
                 });
             }
         }
@@ -119,5 +155,5 @@ fn bench_output_head(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_tile_kernels, bench_output_head);
+criterion_group!(benches, bench, bench_tile_kernels, bench_panels, bench_output_head);
 criterion_main!(benches);
