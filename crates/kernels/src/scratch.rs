@@ -3,7 +3,9 @@
 //! A [`Scratch`] is taken from the current thread's stack of spare buffers and returned to it
 //! when dropped, keeping its capacity. Once a kernel has seen its largest shape on a thread,
 //! later calls allocate nothing, which is what lets a captured plan replay without touching
-//! the heap. Contents are zeroed on take, so callers see the same memory as a fresh `vec!`.
+//! the heap. Contents are zeroed on take, so callers see the same memory as a fresh `vec!`;
+//! a dirty take zeroes nothing it has zeroed before: a spare keeps every element it ever
+//! held initialised (its length only grows) and a loan views a prefix of it.
 
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
@@ -46,15 +48,15 @@ impl ScratchElem for i32 {
     }
 }
 
-/// A zeroed buffer of `len` elements on loan from this thread's spares.
-pub(crate) struct Scratch<T: ScratchElem>(Vec<T>);
+/// A zeroed buffer of `len` elements on loan from this thread's spares: the first `len`
+/// elements of a spare whose own length never shrinks.
+pub(crate) struct Scratch<T: ScratchElem>(Vec<T>, usize);
 
 impl<T: ScratchElem> Scratch<T> {
     pub(crate) fn take(len: usize) -> Self {
-        let mut v = Self::pick(len);
-        v.clear();
-        v.resize(len, T::default());
-        Scratch(v)
+        let mut s = Self::take_dirty(len);
+        s.fill(T::default());
+        s
     }
 
     /// [`Scratch::take`] without zeroing what the buffer held: for kernels that write every
@@ -63,25 +65,24 @@ impl<T: ScratchElem> Scratch<T> {
     pub(crate) fn take_dirty(len: usize) -> Self {
         let mut v = Self::pick(len);
         if v.len() < len {
+            // Zeroes only the part no loan has used yet (once per size reached).
             v.resize(len, T::default());
-        } else {
-            v.truncate(len);
         }
-        Scratch(v)
+        Scratch(v, len)
     }
 
     fn pick(len: usize) -> Vec<T> {
-        // Best fit: the smallest spare that holds `len`, else the largest (to grow). Kernels
-        // take buffers of different sizes in changing orders; a plain stack would hand a small
-        // one to a large request and reallocate long after the warm-up.
+        // Best fit: the smallest spare already `len` long, else the longest (to grow).
+        // Kernels take buffers of different sizes in changing orders; a plain stack would
+        // hand a small one to a large request and reallocate (and zero) long after warm-up.
         T::with_spares(|s| {
             let fits = s
                 .iter()
                 .enumerate()
-                .filter(|(_, v)| v.capacity() >= len)
-                .min_by_key(|(_, v)| v.capacity());
+                .filter(|(_, v)| v.len() >= len)
+                .min_by_key(|(_, v)| v.len());
             let pick = fits
-                .or_else(|| s.iter().enumerate().max_by_key(|(_, v)| v.capacity()))
+                .or_else(|| s.iter().enumerate().max_by_key(|(_, v)| v.len()))
                 .map(|(i, _)| i);
             pick.map(|i| s.swap_remove(i))
         })
@@ -93,13 +94,13 @@ impl<T: ScratchElem> Scratch<T> {
 impl<T: ScratchElem> Deref for Scratch<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.0
+        &self.0[..self.1]
     }
 }
 
 impl<T: ScratchElem> DerefMut for Scratch<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.0
+        &mut self.0[..self.1]
     }
 }
 
@@ -130,6 +131,25 @@ mod tests {
         assert_ne!(c.as_ptr(), b.as_ptr());
     }
 
+    /// A dirty take of a spare that once held more keeps the spare's length: a later take of
+    /// the full size finds it without zeroing (the old contents are still there).
+    #[test]
+    fn a_dirty_take_never_shrinks_its_spare() {
+        {
+            let mut big = Scratch::<usize>::take(1000);
+            big[999] = 42;
+        }
+        {
+            let small = Scratch::<usize>::take_dirty(10);
+            assert_eq!(small.len(), 10);
+        }
+        let again = Scratch::<usize>::take_dirty(1000);
+        assert_eq!(again[999], 42, "the spare was zeroed or replaced");
+        drop(again);
+        let zeroed = Scratch::<usize>::take(1000);
+        assert!(zeroed.iter().all(|&x| x == 0));
+    }
+
     /// Buffers of two sizes taken in either order keep their roles: once both exist, no take
     /// reallocates, whichever order the kernels ask in.
     #[test]
@@ -138,7 +158,7 @@ mod tests {
             let _big = Scratch::<i32>::take(4096);
             let _small = Scratch::<i32>::take(16);
         }
-        let caps = |v: &Scratch<i32>| v.0.capacity();
+        let caps = |v: &Scratch<i32>| v.0.len();
         for _ in 0..3 {
             let small = Scratch::<i32>::take(16);
             let big = Scratch::<i32>::take(4096);
