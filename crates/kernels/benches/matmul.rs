@@ -155,5 +155,11 @@ fn bench_output_head(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_tile_kernels, bench_panels, bench_output_head);
+criterion_group!(
+    benches,
+    bench,
+    bench_tile_kernels,
+    bench_panels,
+    bench_output_head
+);
 criterion_main!(benches);

@@ -252,6 +252,39 @@ pub fn split_range(len: usize, i: usize, n: usize) -> std::ops::Range<usize> {
     start..end
 }
 
+/// Hands `data` to the pool's threads in contiguous parts of whole `unit`-element units,
+/// calling `f(offset, part)` once per part, when every thread gets at least `min_units` units;
+/// otherwise `f(0, data)` on the caller. For work where an element's result does not depend on
+/// which part holds it, so the split changes no bits.
+pub fn for_parts_mut<T: Send>(
+    pool: &ThreadPool,
+    data: &mut [T],
+    unit: usize,
+    min_units: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let (unit, len) = (unit.max(1), data.len());
+    let units = len / unit;
+    let parts = pool.n_threads().min(units / min_units.max(1)).max(1);
+    if parts == 1 {
+        f(0, data);
+        return;
+    }
+    let shared = SharedMut::new(data);
+    pool.run(|i, _| {
+        if i >= parts {
+            return;
+        }
+        let r = split_range(units, i, parts);
+        // The last part also takes a trailing partial unit.
+        let end = if i + 1 == parts { len } else { r.end * unit };
+        let start = r.start * unit;
+        // SAFETY: the parts of distinct threads are disjoint ranges inside `data`, which
+        // outlives `run`.
+        f(start, unsafe { shared.slice(start, end - start) });
+    });
+}
+
 /// A raw pointer that threads may share to write disjoint elements of one output buffer.
 #[derive(Clone, Copy)]
 pub struct SharedMut<T>(*mut T);
@@ -283,6 +316,32 @@ impl<T> SharedMut<T> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    /// Parts cover the buffer exactly once, in whole units, on up to every thread; small
+    /// inputs stay on the caller in one part.
+    #[test]
+    fn parts_cover_the_buffer_once_in_whole_units() {
+        let pool = ThreadPool::new(3);
+        for (len, unit, min_units, want_parts) in [
+            (1000, 10, 4, 3),
+            (1003, 10, 4, 3),
+            (80, 10, 4, 2),
+            (30, 10, 4, 1),
+            (0, 10, 1, 1),
+        ] {
+            let mut data = vec![0u32; len];
+            let parts = AtomicU64::new(0);
+            for_parts_mut(&pool, &mut data, unit, min_units, |off, part| {
+                parts.fetch_add(1, Ordering::Relaxed);
+                assert_eq!(off % unit, 0);
+                for (i, x) in part.iter_mut().enumerate() {
+                    *x += (off + i) as u32 + 1;
+                }
+            });
+            assert_eq!(parts.load(Ordering::Relaxed), want_parts, "len {len}");
+            assert!(data.iter().enumerate().all(|(i, &x)| x == i as u32 + 1));
+        }
+    }
 
     #[test]
     fn every_thread_runs_each_job_once_and_borrows_work() {

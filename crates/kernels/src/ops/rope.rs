@@ -51,6 +51,13 @@ impl Rope {
 
     /// Rotates every head of one token's vector `x` (`n_heads * head_dim`) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
+        self.apply_all(&mut [x], pos);
+    }
+
+    /// Rotates every head of each of one token's vectors (its q and its k) for position
+    /// `pos`: the angles are formed once for all of them; each vector gets [`Rope::apply`]'s
+    /// bits.
+    pub fn apply_all(&self, xs: &mut [&mut [f32]], pos: usize) {
         let half = self.rotary_dim / 2;
         // The angle is formed in f32 as the reference implementations do, so positions far
         // into a long context round the same way.
@@ -66,7 +73,13 @@ impl Rope {
             let angle = pos as f32 * f;
             *c = (angle.cos(), angle.sin());
         }
-        let cs = &*cs;
+        for x in xs.iter_mut() {
+            self.rotate(x, cs);
+        }
+    }
+
+    fn rotate(&self, x: &mut [f32], cs: &[(f32, f32)]) {
+        let half = self.rotary_dim / 2;
         for head in x.chunks_exact_mut(self.head_dim) {
             match self.layout {
                 RopeLayout::Interleaved => {
@@ -106,6 +119,24 @@ mod tests {
                 let n1: f32 = x[h * 8..h * 8 + 8].iter().map(|v| v * v).sum();
                 assert!((n0 - n1).abs() < 1e-5);
             }
+        }
+    }
+
+    /// One token's q and k rotated together get the bits each gets alone.
+    #[test]
+    fn apply_all_matches_apply_per_vector() {
+        for layout in [RopeLayout::Interleaved, RopeLayout::SplitHalf] {
+            let rope = Rope::new(layout, 16, 12, 10000.0, None);
+            let q0: Vec<f32> = (0..48).map(|i| (i as f32 * 0.37).sin()).collect();
+            let k0: Vec<f32> = (0..16).map(|i| (i as f32 * 0.91).cos()).collect();
+            let (mut q1, mut k1) = (q0.clone(), k0.clone());
+            rope.apply(&mut q1, 1234);
+            rope.apply(&mut k1, 1234);
+            let (mut q2, mut k2) = (q0.clone(), k0.clone());
+            rope.apply_all(&mut [&mut q2, &mut k2], 1234);
+            assert_ne!(q1, q0);
+            assert_eq!(q1, q2);
+            assert_eq!(k1, k2);
         }
     }
 

@@ -12,6 +12,7 @@ use oxllm_kernels::matmul::{
     quantize_acts_reference, QMatrix,
 };
 use oxllm_kernels::ops;
+use oxllm_kernels::pool::{for_parts_mut, SharedMut};
 use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
 
 use crate::hybrid::HybridModel;
@@ -222,22 +223,39 @@ impl Op for QkNormRope {
     fn name(&self) -> &'static str {
         "qk_norm_rope"
     }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let m = &self.model;
         let c = &m.config;
         let positions = mem.u32(self.name(), self.positions)?;
         let mut q = mem.f32_mut(self.name(), self.q)?;
         let mut k = mem.f32_mut(self.name(), self.k)?;
         let layer = &m.layers[self.layer];
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            ops::rms_norm_rows_in_place(&mut q, qn, c.rms_eps);
-            ops::rms_norm_rows_in_place(&mut k, kn, c.rms_eps);
-        }
+        let norms = layer.q_norm.as_deref().zip(layer.k_norm.as_deref());
         let (qw, kw) = (c.q_width(), c.kv_width());
-        for (t, &pos) in positions.iter().enumerate() {
-            m.rope.apply(&mut q[t * qw..(t + 1) * qw], pos as usize);
-            m.rope.apply(&mut k[t * kw..(t + 1) * kw], pos as usize);
+        let rows = positions.len();
+        if q.len() < rows * qw || k.len() < rows * kw {
+            return Err(RuntimeError::op(
+                self.name(),
+                "fewer q/k rows than positions",
+            ));
         }
+        let k_rows = SharedMut::new(&mut k);
+        let positions: &[u32] = &positions;
+        // Row by row (each row's bits do not depend on the split), rows shared between threads
+        // when a batch has several per thread.
+        for_parts_mut(cx.pool, &mut q[..rows * qw], qw, 4, |off, q_part| {
+            let first = off / qw.max(1);
+            for (i, q_row) in q_part.chunks_exact_mut(qw).enumerate() {
+                let t = first + i;
+                // SAFETY: row t of k belongs to the part holding row t of q, and t < rows.
+                let k_row = unsafe { k_rows.slice(t * kw, kw) };
+                if let Some((qn, kn)) = norms {
+                    ops::rms_norm_rows_in_place(q_row, qn, c.rms_eps);
+                    ops::rms_norm_rows_in_place(k_row, kn, c.rms_eps);
+                }
+                m.rope.apply_all(&mut [q_row, k_row], positions[t] as usize);
+            }
+        });
         Ok(())
     }
 }
@@ -391,9 +409,21 @@ impl Op for SiluMul {
     fn name(&self) -> &'static str {
         "silu_mul"
     }
-    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let up = mem.f32(self.name(), self.up)?;
-        ops::silu_mul_in_place(&mut mem.f32_mut(self.name(), self.gate)?, &up);
+        let mut gate = mem.f32_mut(self.name(), self.gate)?;
+        if gate.len() != up.len() {
+            return Err(RuntimeError::op(
+                self.name(),
+                "gate and up differ in length",
+            ));
+        }
+        // Element by element, so any split gives the same bits; a batch's rows are worth
+        // sharing between threads, one token's are not.
+        let up: &[f32] = &up;
+        for_parts_mut(cx.pool, &mut gate, 64, 64, |off, part| {
+            ops::silu_mul_in_place(part, &up[off..off + part.len()])
+        });
         Ok(())
     }
 }
