@@ -9,6 +9,7 @@ use std::any::Any;
 use std::cell::{Ref, RefCell, RefMut};
 
 use half::f16;
+use half::vec::HalfBitsVecExt;
 use oxllm_kernels::matmul::QuantizedActs;
 
 use crate::RuntimeError;
@@ -44,7 +45,9 @@ impl Buffer {
     pub(crate) fn new(kind: BufKind, len: usize) -> Buffer {
         match kind {
             BufKind::F32 => Buffer::F32(vec![0.0; len]),
-            BufKind::F16 => Buffer::F16(vec![f16::ZERO; len]),
+            // Zero bits from the allocator's zeroed pages (`vec!` of a non-primitive writes
+            // every element, which for a K/V pool of gigabytes took seconds at start-up).
+            BufKind::F16 => Buffer::F16(vec![0u16; len].reinterpret_into()),
             BufKind::U32 => Buffer::U32(vec![0; len]),
             BufKind::I32 => Buffer::I32(vec![0; len]),
             BufKind::QActs => Buffer::QActs(QuantizedActs::with_capacity(len)),
