@@ -231,3 +231,26 @@ impl Memory {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind starts zeroed and as long as asked, the f16 pool included (it is built from
+    /// zeroed u16 bits, not written element by element).
+    #[test]
+    fn new_buffers_are_zeroed_and_sized() {
+        let len = 3 << 20;
+        match Buffer::new(BufKind::F16, len) {
+            Buffer::F16(v) => {
+                assert_eq!(v.len(), len);
+                assert!(v.iter().all(|x| x.to_bits() == 0));
+            }
+            _ => panic!("an f16 buffer of another kind"),
+        }
+        match Buffer::new(BufKind::F32, len) {
+            Buffer::F32(v) => assert!(v.len() == len && v.iter().all(|x| x.to_bits() == 0)),
+            _ => panic!("an f32 buffer of another kind"),
+        }
+    }
+}
