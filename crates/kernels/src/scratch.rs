@@ -10,43 +10,28 @@
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
-thread_local! {
-    static SPARE_F32: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
-    static SPARE_USIZE: RefCell<Vec<Vec<usize>>> = const { RefCell::new(Vec::new()) };
-    static SPARE_I32: RefCell<Vec<Vec<i32>>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Element types with a per-thread spare stack.
 pub(crate) trait ScratchElem: Copy + Default + 'static {
     fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<Self>>) -> R) -> Option<R>;
 }
 
-impl ScratchElem for f32 {
-    fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<f32>>) -> R) -> Option<R> {
-        SPARE_F32
-            .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
-            .ok()
-            .flatten()
-    }
+macro_rules! spares {
+    ($($t:ty => $stack:ident),* $(,)?) => {
+        thread_local! {
+            $(static $stack: RefCell<Vec<Vec<$t>>> = const { RefCell::new(Vec::new()) };)*
+        }
+        $(impl ScratchElem for $t {
+            fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<$t>>) -> R) -> Option<R> {
+                $stack
+                    .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+                    .ok()
+                    .flatten()
+            }
+        })*
+    };
 }
 
-impl ScratchElem for usize {
-    fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<usize>>) -> R) -> Option<R> {
-        SPARE_USIZE
-            .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
-            .ok()
-            .flatten()
-    }
-}
-
-impl ScratchElem for i32 {
-    fn with_spares<R>(f: impl FnOnce(&mut Vec<Vec<i32>>) -> R) -> Option<R> {
-        SPARE_I32
-            .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
-            .ok()
-            .flatten()
-    }
-}
+spares!(f32 => SPARE_F32, usize => SPARE_USIZE, i32 => SPARE_I32, u8 => SPARE_U8);
 
 /// A zeroed buffer of `len` elements on loan from this thread's spares: the first `len`
 /// elements of a spare whose own length never shrinks.

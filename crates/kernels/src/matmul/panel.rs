@@ -220,8 +220,60 @@ pub(crate) fn act_terms(
     }
 }
 
-/// Scalar reference of the panel kernels: the 16 outputs of panel `panel` (its `nb` records)
-/// against one activation row whose [`act_terms`] are `ad`, `sa`, `corr`.
+/// Lays out the activation rows for the panel kernel, in chunks of `ch` rows: per chunk and
+/// block, the `ch` rows' 32 quant bytes (`qs`), their scales then their block sums (`terms`,
+/// [`act_terms`]'s `ad` and `sa`) and, for formats with a bias, their corrections (`corr`).
+/// A kernel then reaches every row of a block at a fixed offset from one pointer.
+/// `rows(i)` is activation row `i` of `m`; buffers are sized for `m.div_ceil(ch)` chunks.
+pub(crate) fn pack_acts<'a>(
+    f: &PanelFormat,
+    m: usize,
+    nb: usize,
+    ch: usize,
+    rows: impl Fn(usize) -> &'a [u8],
+    (qs, terms, corr): (&mut [u8], &mut [f32], &mut [i32]),
+) {
+    let (mut ad, mut sa, mut cr) = ([0f32; 1], [0f32; 1], [0i32; 1]);
+    for i in 0..m {
+        let (k, c) = (i / ch, i % ch);
+        let row = rows(i);
+        for b in 0..nb {
+            let at = (k * nb + b) * ch;
+            let blk = &row[b * f.a_bytes..][..f.a_bytes];
+            act_terms(f, blk, 1, &mut ad, &mut sa, &mut cr);
+            qs[(at + c) * QK..][..QK].copy_from_slice(&blk[f.a_qs..f.a_qs + QK]);
+            terms[2 * at + c] = ad[0];
+            terms[2 * at + ch + c] = sa[0];
+            if f.bias != 0 {
+                corr[at + c] = cr[0];
+            }
+        }
+    }
+}
+
+/// [`quantize_act16`] of each of the `m` rows into the wide kernel's chunk layout: per chunk
+/// of `ch` rows and block, the rows' 16 pairs each (`pairs`) and their scales (`ad`).
+pub(crate) fn pack_act16<'a>(
+    m: usize,
+    nb: usize,
+    ch: usize,
+    rows: impl Fn(usize) -> &'a [u8],
+    pairs: &mut [i32],
+    ad: &mut [f32],
+) {
+    let (mut p, mut d) = ([0i32; QK / 2], [0f32; 1]);
+    for i in 0..m {
+        let (k, c) = (i / ch, i % ch);
+        let row = rows(i);
+        for b in 0..nb {
+            let at = (k * nb + b) * ch;
+            quantize_act16(&row[b * 4 * QK..][..4 * QK], &mut p, &mut d);
+            pairs[(at + c) * QK / 2..][..QK / 2].copy_from_slice(&p);
+            ad[at + c] = d[0];
+        }
+    }
+}
+
 /// Largest 16-bit activation quant.
 const Q16_MAX: f32 = 32767.0;
 
@@ -280,6 +332,8 @@ pub(crate) fn wide_dot_ref(
     acc
 }
 
+/// Scalar reference of the panel kernels: the 16 outputs of panel `panel` (its `nb` records)
+/// against one activation row whose [`act_terms`] are `ad`, `sa`, `corr`.
 #[cfg(test)]
 pub(crate) fn panel_dot_ref(
     f: &PanelFormat,
@@ -400,9 +454,10 @@ mod tests {
         }
     }
 
-    /// The AVX512-VNNI kernel (through `matmul` on a packed matrix) gives the reference's bits
-    /// for every output: each format, 1..=19 activation rows (whole and partial chunks), row
-    /// counts with a partial last panel.
+    /// The AVX512-VNNI kernels (through `matmul` on a packed matrix) give the reference's bits
+    /// for every output: each format; 1 to 40 activation rows (panel pairs up to 4 rows, single
+    /// panels above, whole and partial chunks, a prefill-sized batch); panel counts odd and
+    /// even, with a partial last panel.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_kernel_is_bit_identical_to_the_reference() {
@@ -424,7 +479,7 @@ mod tests {
                     .into_panels();
                 assert!(w.is_panels());
                 let adt = quant::activation_dtype(dtype).unwrap();
-                for m in [1, 2, 7, 8, 9, 16, 17, 19] {
+                for m in [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 19, 40] {
                     let x: Vec<f32> = (0..m * cols)
                         .map(|_| (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3)
                         .collect();
@@ -478,7 +533,7 @@ mod tests {
                 return;
             }
             let mut wf = vec![0f32; cols];
-            for m in [1, 3, 8, 9, 16, 19] {
+            for m in [1, 3, 8, 9, 16, 19, 40] {
                 let x: Vec<f32> = (0..m * cols)
                     .map(|_| (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3)
                     .collect();

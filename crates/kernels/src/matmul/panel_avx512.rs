@@ -1,19 +1,27 @@
-//! The AVX512-VNNI panel kernel: one panel of 16 weight rows against a chunk of up to
-//! [`CH`] activation rows, every block of the row (see `panel` for the layout and the
-//! arithmetic it reproduces bit for bit).
+//! The AVX512-VNNI panel kernels: a pair of panels (2 x 16 weight rows) against up to 8
+//! activation rows of a chunk, every block of the row (see `panel` for the layouts and the
+//! arithmetic they reproduce bit for bit).
 //!
-//! Per block the panel's quants are loaded (and, for Q4, split into nibbles) once, then each
-//! activation row takes 8 `vpdpbusd` against broadcast dwords of its block, in two chains of
-//! four summed exactly, one convert, one scale multiply and one (Q4_1: two) fma into a
-//! register of 16 outputs.
+//! Why pairs: on this class of CPU a broadcast from memory into a zmm register (like any
+//! 512-bit load) issues about once per cycle, `vpdpbusd` about twice. With one panel per call
+//! every `vpdpbusd` needed its own broadcast activation dword and the loads bound the kernel;
+//! with two, each broadcast feeds both panels. Per block and quant dword `j`, both panels'
+//! weight registers are loaded (Q4: split into nibbles) once, then every row broadcasts its
+//! dword `j` and adds it into one exact integer sum per panel; after the block, per row and
+//! panel one convert, one scale multiply and one (Q4_1: two) fma into 16 outputs. The rows'
+//! activations are packed chunk-major (`panel::pack_acts`) so that a row's dwords and terms
+//! sit at fixed offsets from one pointer per block, and the per-row code is expanded per row
+//! ([`each_row`]) so its sums and accumulators are registers.
 //!
 //! Safety contract of every `unsafe fn` here: the CPU has AVX512F/BW/VL/VNNI (checked by
-//! [`available`] before a plan is built), the panel pointer addresses `nb` records of the
-//! format, each activation row `nb` blocks, and the per-row terms `nb` values.
+//! [`available`] before a plan is built), each panel pointer addresses `nb` records of the
+//! format, and the chunk pointers address `nb` blocks of the packed activations.
 
 use std::arch::x86_64::*;
 
-/// Activation rows per kernel call.
+use crate::quant::QK;
+
+/// Activation rows per kernel call, and per chunk of the packed activations.
 pub(crate) const CH: usize = 16;
 
 /// Whether this CPU runs the panel kernel.
@@ -24,25 +32,43 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Where one chunk's inputs and outputs are.
+/// Expands `$body` once for each row `$c` in `0..$n` (at most 16), `$c` a literal: per-row
+/// values are then addressed at constant offsets and the accumulators stay in registers (as a
+/// loop over rows, they lived on the stack: a load and a store per row and block).
+macro_rules! each_row {
+    ($n:expr, $c:ident => $body:block) => {
+        each_row!(@ $n, $c, $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $n:expr, $c:ident, $body:block; $($i:literal)*) => {
+        $( if $i < $n { let $c: usize = $i; $body } )*
+    };
+}
+
+/// Where one chunk's inputs (`panel::pack_acts` layout) and outputs are.
 pub(crate) struct Chunk<const C: usize> {
-    /// First byte of each activation row's quantized blocks.
-    pub acts: [*const u8; C],
-    /// Per-row act terms (`panel::act_terms`), `nb` each.
-    pub ad: [*const f32; C],
-    pub sa: [*const f32; C],
-    pub corr: [*const i32; C],
+    /// The chunk's quants: per block, [`CH`] rows of 32 bytes.
+    pub qs: *const u8,
+    /// Per block, [`CH`] activation scales then [`CH`] block sums (`sa`).
+    pub terms: *const f32,
+    /// Per block, [`CH`] bias corrections (formats with a bias only).
+    pub corr: *const i32,
     /// Each output row; a call writes the lanes of `mask` at column `col`.
     pub out: [*mut f32; C],
 }
 
-/// The panel at `panel` (`nb` records of `rec` bytes, scales first) against the chunk.
+/// Activation rows per call of [`panel_pair`] and [`wide_pair`]: 8 rows' two integer sums
+/// and two accumulators take the 32 vector registers (the accumulators, touched once per
+/// block, are the ones that spill); fewer rows per call reload the weights more often.
+pub(crate) const PAIR_ROWS: usize = 8;
+
+/// Two panels (`panels`, each `nb` records of `rec` bytes, scales first) against the chunk's
+/// first `C` rows (`C <= PAIR_ROWS`); output lanes `masks[k]` of panel `k` go to column
+/// `cols[k]` of each output row.
 ///
 /// # Safety
-/// See the module's contract; `out[c] + col` is valid for the lanes set in `mask`.
+/// See the module's contract; `out[c] + cols[k]` is valid for the lanes set in `masks[k]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn panel_chunk<
+pub(crate) unsafe fn panel_pair<
     const C: usize,
     const MIN: bool,
     const NIB: bool,
@@ -51,104 +77,158 @@ pub(crate) unsafe fn panel_chunk<
     nb: usize,
     rec: usize,
     scale_bytes: usize,
-    a_bytes: usize,
-    a_qs: usize,
-    panel: *const u8,
+    panels: [*const u8; 2],
     ch: &Chunk<C>,
-    (col, mask): (usize, u16),
+    (cols, masks): ([usize; 2], [u16; 2]),
 ) {
-    let mut acc = [_mm512_setzero_ps(); C];
+    let mut acc = [[_mm512_setzero_ps(); C]; 2];
     let low = _mm512_set1_epi8(0x0F);
     for b in 0..nb {
-        let r = panel.add(b * rec);
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
-        let mw = if MIN {
-            _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()))
-        } else {
-            _mm512_setzero_ps()
-        };
-        let q = r.add(scale_bytes);
-        let mut wq = [_mm512_setzero_si512(); 8];
-        if NIB {
-            for j in 0..4 {
-                let x = _mm512_loadu_si512(q.add(64 * j).cast());
-                wq[j] = _mm512_and_si512(x, low);
-                wq[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
-            }
-        } else {
-            for (j, w) in wq.iter_mut().enumerate() {
-                *w = _mm512_loadu_si512(q.add(64 * j).cast());
+        let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+        let (q0, q1) = (r0.add(scale_bytes), r1.add(scale_bytes));
+        let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
+        let corr = ch.corr.add(b * CH);
+        let mut isum = [[_mm512_setzero_si512(); C]; 2];
+        if BIAS {
+            each_row!(C, c => {
+                isum[0][c] = _mm512_set1_epi32(*corr.add(c));
+                isum[1][c] = isum[0][c];
+            });
+        }
+        // Quant dwords j (and j + 4 for nibbles) of both panels, each activation dword
+        // broadcast once for the two.
+        let steps = if NIB { 4 } else { 8 };
+        for j in 0..steps {
+            let x0 = _mm512_loadu_si512(q0.add(64 * j).cast());
+            let x1 = _mm512_loadu_si512(q1.add(64 * j).cast());
+            let (w0, w1) = if NIB {
+                (_mm512_and_si512(x0, low), _mm512_and_si512(x1, low))
+            } else {
+                (x0, x1)
+            };
+            each_row!(C, c => {
+                let a = qs.add(c * QK).cast::<i32>();
+                let x = _mm512_set1_epi32(a.add(j).read_unaligned());
+                isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], w0, x);
+                isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], w1, x);
+            });
+            if NIB {
+                let h0 = _mm512_and_si512(_mm512_srli_epi16::<4>(x0), low);
+                let h1 = _mm512_and_si512(_mm512_srli_epi16::<4>(x1), low);
+                each_row!(C, c => {
+                    let a = qs.add(c * QK).cast::<i32>();
+                    let x = _mm512_set1_epi32(a.add(j + 4).read_unaligned());
+                    isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], h0, x);
+                    isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], h1, x);
+                });
             }
         }
-        for (c, acc) in acc.iter_mut().enumerate() {
-            let a = ch.acts[c].add(b * a_bytes + a_qs).cast::<i32>();
-            let dword = |j: usize| _mm512_set1_epi32(a.add(j).read_unaligned());
-            let mut lo = if BIAS {
-                _mm512_set1_epi32(*ch.corr[c].add(b))
-            } else {
-                _mm512_setzero_si512()
-            };
-            let mut hi = _mm512_setzero_si512();
-            for j in 0..4 {
-                lo = _mm512_dpbusd_epi32(lo, wq[j], dword(j));
-                hi = _mm512_dpbusd_epi32(hi, wq[j + 4], dword(j + 4));
+        let dw = [
+            _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
+            _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
+        ];
+        each_row!(C, c => {
+            let ad = _mm512_set1_ps(*terms.add(c));
+            for k in 0..2 {
+                let s = _mm512_mul_ps(dw[k], ad);
+                acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
             }
-            let isum = _mm512_add_epi32(lo, hi);
-            let s = _mm512_mul_ps(dw, _mm512_set1_ps(*ch.ad[c].add(b)));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, *acc);
-            if MIN {
-                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(*ch.sa[c].add(b)), *acc);
-            }
+        });
+        if MIN {
+            let mw = [
+                _mm512_cvtph_ps(_mm256_loadu_si256(r0.add(32).cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(r1.add(32).cast())),
+            ];
+            each_row!(C, c => {
+                let sa = _mm512_set1_ps(*terms.add(CH + c));
+                for k in 0..2 {
+                    acc[k][c] = _mm512_fmadd_ps(mw[k], sa, acc[k][c]);
+                }
+            });
         }
     }
-    for (out, acc) in ch.out.iter().zip(acc) {
-        _mm512_mask_storeu_ps(out.add(col), mask, acc);
+    for k in 0..2 {
+        for (out, acc) in ch.out.iter().zip(acc[k]) {
+            _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
+        }
     }
 }
 
-/// Where one chunk of 16-bit activation rows and its outputs are (the wide kernel).
+/// Where one chunk of 16-bit activation rows (`panel::pack_act16` layout) and its outputs are
+/// (the wide kernel).
 pub(crate) struct WideChunk<const C: usize> {
-    /// Each row's `panel::quantize_act16` pairs (`16 * nb` i32) and scales (`nb`).
-    pub pairs: [*const i32; C],
-    pub ad: [*const f32; C],
+    /// The rows' pairs: per block, [`CH`] rows of 16 i32 (this call's first row at the start).
+    pub pairs: *const i32,
+    /// Per block, [`CH`] activation scales (likewise).
+    pub ad: *const f32,
     /// Each output row; a call writes the lanes of `mask` at column `col`.
     pub out: [*mut f32; C],
 }
 
-/// A wide Q8_0 panel (`nb` records of `rec` bytes) against a chunk of 16-bit activation rows:
-/// per block 16 registers of sign-extended weight pairs, then per row 16 `vpdpwssd` (two
-/// chains of eight summed exactly), one convert, one multiply and one fma.
+/// Two wide Q8_0 panels against the chunk's first `C` rows (`C <= PAIR_ROWS`), output lanes
+/// `masks[k]` of panel `k` to column `cols[k]`: per block and pair dword `j`, both panels'
+/// weight pairs are sign-extended once and every row's dword broadcast once for the two
+/// `vpdpwssd`; then per row and panel one convert, one multiply and one fma.
 ///
 /// # Safety
-/// See the module's contract; `out[c] + col` is valid for the lanes set in `mask`.
+/// See the module's contract; `out[c] + cols[k]` is valid for the lanes set in `masks[k]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn wide_chunk<const C: usize>(
+pub(crate) unsafe fn wide_pair<const C: usize>(
     nb: usize,
     rec: usize,
-    panel: *const u8,
+    panels: [*const u8; 2],
     ch: &WideChunk<C>,
-    (col, mask): (usize, u16),
+    (cols, masks): ([usize; 2], [u16; 2]),
 ) {
-    let mut acc = [_mm512_setzero_ps(); C];
+    let mut acc = [[_mm512_setzero_ps(); C]; 2];
     for b in 0..nb {
-        let r = panel.add(b * rec);
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
-        let q = r.add(32);
-        let wq: [__m512i; 16] =
-            std::array::from_fn(|j| _mm512_cvtepi8_epi16(_mm256_loadu_si256(q.add(32 * j).cast())));
-        for (c, acc) in acc.iter_mut().enumerate() {
-            let a = ch.pairs[c].add(b * 16);
-            let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-            for j in 0..8 {
-                lo = _mm512_dpwssd_epi32(lo, wq[j], _mm512_set1_epi32(*a.add(j)));
-                hi = _mm512_dpwssd_epi32(hi, wq[j + 8], _mm512_set1_epi32(*a.add(j + 8)));
+        let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+        let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
+        let mut isum = [[_mm512_setzero_si512(); C]; 2];
+        for j in 0..QK / 2 {
+            let w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r0.add(32 + 32 * j).cast()));
+            let w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r1.add(32 + 32 * j).cast()));
+            each_row!(C, c => {
+                let x = _mm512_set1_epi32(*pairs.add(c * QK / 2 + j));
+                isum[0][c] = dpwssd_reg(isum[0][c], w0, x);
+                isum[1][c] = dpwssd_reg(isum[1][c], w1, x);
+            });
+        }
+        let dw = [
+            _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
+            _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
+        ];
+        each_row!(C, c => {
+            let a = _mm512_set1_ps(*ad.add(c));
+            for k in 0..2 {
+                let s = _mm512_mul_ps(dw[k], a);
+                acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
             }
-            let isum = _mm512_add_epi32(lo, hi);
-            let s = _mm512_mul_ps(dw, _mm512_set1_ps(*ch.ad[c].add(b)));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, *acc);
+        });
+    }
+    for k in 0..2 {
+        for (out, acc) in ch.out.iter().zip(acc[k]) {
+            _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
         }
     }
-    for (out, acc) in ch.out.iter().zip(acc) {
-        _mm512_mask_storeu_ps(out.add(col), mask, acc);
-    }
+}
+
+/// `acc + vpdpwssd(w, x)` as one instruction. Written out because LLVM otherwise splits it
+/// into `vpmaddwd` + `vpaddd` (two instructions on the ports that bound this kernel),
+/// trading throughput for a shorter dependency chain.
+///
+/// # Safety
+/// AVX512-VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd_reg(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
+    let mut acc = acc;
+    std::arch::asm!(
+        "vpdpwssd {acc}, {w}, {x}",
+        acc = inout(zmm_reg) acc,
+        w = in(zmm_reg) w,
+        x = in(zmm_reg) x,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
 }

@@ -1,11 +1,12 @@
-//! Plans and tiles of the panel GEMM (`panel`, `panel_avx512`): the activation terms are
-//! computed once per call, then tiles of (whole panels of weight rows) x (activation rows) are
-//! handed out like the other plans' tiles; inside a tile each chunk of up to 8 activation
-//! rows stays in L1 while the tile's panels pass over it.
+//! Plans and tiles of the panel GEMM (`panel`, `panel_avx512`): the activations are packed
+//! chunk-major once per call, then tiles of (whole pairs of panels of weight rows) x
+//! (activation rows) are handed out like the other plans' tiles; inside a tile each pair of
+//! panels passes over the tile's rows in kernel calls of up to 8 rows (the pair stays in L1
+//! between calls).
 
-use super::panel::{act_terms, quantize_act16, PanelFormat, P};
-use super::panel_avx512::{panel_chunk, wide_chunk, Chunk, WideChunk, CH};
-use super::{decode_tile_rows, QMatrix, QuantizedActs};
+use super::panel::{pack_act16, pack_acts, PanelFormat, P};
+use super::panel_avx512::{panel_pair, wide_pair, Chunk, WideChunk, CH, PAIR_ROWS};
+use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::QK;
 use crate::scratch::Scratch;
@@ -14,12 +15,14 @@ pub(super) struct PanelPlan<'a> {
     f: PanelFormat,
     w: &'a QMatrix,
     acts: &'a QuantizedActs,
-    /// Activation terms, `[row][block]`.
-    ad: Scratch<f32>,
-    sa: Scratch<f32>,
+    /// The activations in chunks of [`CH`] rows (`panel::pack_acts`): quants, scales and
+    /// sums, bias corrections.
+    qs: Scratch<u8>,
+    terms: Scratch<f32>,
     corr: Scratch<i32>,
-    /// 16-bit activation pairs `[row][cols / 2]` (wide format only).
+    /// Wide format only: 16-bit activation pairs and scales (`panel::pack_act16`).
     pairs: Scratch<i32>,
+    ad: Scratch<f32>,
     nb: usize,
     /// Weight rows (a multiple of [`P`]) and activation rows per tile.
     wt: usize,
@@ -42,32 +45,32 @@ pub(super) fn panel_plan<'a>(
     let a_bytes = if f.group == 2 { 4 * QK } else { f.a_bytes };
     assert_eq!(acts.row_bytes, nb * a_bytes, "activation format");
     let wide = f.group == 2;
-    let mut ad = Scratch::<f32>::take(m * nb);
-    let mut sa = Scratch::<f32>::take(if wide { 0 } else { m * nb });
-    let mut corr = Scratch::<i32>::take(if wide { 0 } else { m * nb });
-    let half = w.cols / 2;
-    let mut pairs = Scratch::<i32>::take(if wide { m * half } else { 0 });
-    for i in (0..m).filter(|_| wide) {
-        let (p, d) = (&mut pairs[i * half..][..half], &mut ad[i * nb..][..nb]);
-        quantize_act16(acts.row(i), p, d);
-    }
-    for i in (0..m).filter(|_| !wide) {
-        let span = i * nb..(i + 1) * nb;
-        act_terms(
-            &f,
-            acts.row(i),
-            nb,
-            &mut ad[span.clone()],
-            &mut sa[span.clone()],
-            &mut corr[span],
-        );
-    }
-    let (wt, at) = if m <= 2 * CH {
-        (decode_tile_rows(n, pool.n_threads()), m.max(1))
+    // Whole chunks: a kernel reads only its own rows' slots.
+    let slots = m.div_ceil(CH) * CH * nb;
+    let (narrow, biased) = (if wide { 0 } else { slots }, !wide && f.bias != 0);
+    let mut qs = Scratch::<u8>::take_dirty(narrow * QK);
+    let mut terms = Scratch::<f32>::take_dirty(2 * narrow);
+    let mut corr = Scratch::<i32>::take_dirty(if biased { slots } else { 0 });
+    let mut pairs = Scratch::<i32>::take_dirty(if wide { slots * QK / 2 } else { 0 });
+    let mut ad = Scratch::<f32>::take_dirty(if wide { slots } else { 0 });
+    if wide {
+        pack_act16(m, nb, CH, |i| acts.row(i), &mut pairs, &mut ad);
     } else {
-        // About 16 KiB of panels per tile against 64 activation rows.
-        let panel_bytes = nb * f.record_bytes();
-        ((16 * 1024 / panel_bytes.max(1)).clamp(1, 4) * P, 8 * CH)
+        let bufs = (&mut qs[..], &mut terms[..], &mut corr[..]);
+        pack_acts(&f, m, nb, CH, |i| acts.row(i), bufs);
+    }
+    let panel_bytes = nb * f.record_bytes();
+    let (wt, at) = match (m <= 2 * CH, wide) {
+        // Whole pairs of panels (`tile`); about 16 tiles per thread, at most 512 rows each.
+        (true, _) => {
+            let per_tile = n.div_ceil(2 * P).div_ceil(16 * pool.n_threads().max(1));
+            ((per_tile * 2 * P).min(512), m.max(1))
+        }
+        // About 16 KiB of panels per tile against 128 activation rows.
+        (false, _) => (
+            (16 * 1024 / (2 * panel_bytes).max(1)).clamp(1, 2) * 2 * P,
+            8 * CH,
+        ),
     };
     let n_wt = n.div_ceil(wt);
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
@@ -81,10 +84,11 @@ pub(super) fn panel_plan<'a>(
         f,
         w,
         acts,
-        ad,
-        sa,
+        qs,
+        terms,
         corr,
         pairs,
+        ad,
         nb,
         wt,
         at,
@@ -119,49 +123,72 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    match rows {
-        1 => chunk::<1, MIN, NIB, BIAS>(p, wi, c0, out),
-        2 => chunk::<2, MIN, NIB, BIAS>(p, wi, c0, out),
-        3 => chunk::<3, MIN, NIB, BIAS>(p, wi, c0, out),
-        4 => chunk::<4, MIN, NIB, BIAS>(p, wi, c0, out),
-        5 => chunk::<5, MIN, NIB, BIAS>(p, wi, c0, out),
-        6 => chunk::<6, MIN, NIB, BIAS>(p, wi, c0, out),
-        7 => chunk::<7, MIN, NIB, BIAS>(p, wi, c0, out),
-        8 => chunk::<8, MIN, NIB, BIAS>(p, wi, c0, out),
-        9 => chunk::<9, MIN, NIB, BIAS>(p, wi, c0, out),
-        10 => chunk::<10, MIN, NIB, BIAS>(p, wi, c0, out),
-        11 => chunk::<11, MIN, NIB, BIAS>(p, wi, c0, out),
-        12 => chunk::<12, MIN, NIB, BIAS>(p, wi, c0, out),
-        13 => chunk::<13, MIN, NIB, BIAS>(p, wi, c0, out),
-        14 => chunk::<14, MIN, NIB, BIAS>(p, wi, c0, out),
-        15 => chunk::<15, MIN, NIB, BIAS>(p, wi, c0, out),
-        _ => chunk::<16, MIN, NIB, BIAS>(p, wi, c0, out),
+    for (panels, cols) in panel_pairs(p, wi) {
+        for r0 in (0..rows).step_by(PAIR_ROWS) {
+            let at = (panels, c0, r0, cols);
+            match rows - r0 {
+                1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
+                2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
+                3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
+                4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
+                5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
+                6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
+                7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
+                _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
+            }
+        }
     }
 }
 
-#[inline(always)]
-unsafe fn chunk<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
-    p: &PanelPlan<'_>,
+/// The pairs of panels of weight tile `wi` and where their outputs go: (both panels' first
+/// records, (output columns, live lanes)). An odd last panel is paired with itself, its second
+/// copy writing no lane.
+#[allow(clippy::type_complexity)]
+fn panel_pairs<'p>(
+    p: &'p PanelPlan<'_>,
     wi: usize,
+) -> impl Iterator<Item = ([*const u8; 2], ([usize; 2], [u16; 2]))> + 'p {
+    let (n, rec) = (p.w.rows, p.f.record_bytes());
+    let panel = move |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
+    (wi * p.wt..((wi + 1) * p.wt).min(n))
+        .step_by(2 * P)
+        .map(move |j| {
+            let second = if j + P < n { j + P } else { j };
+            let (a, b) = (lanes(n, j), lanes(n, second));
+            let masks = [a.1, if second == j { 0 } else { b.1 }];
+            ([panel(j), panel(second)], ([a.0, b.0], masks))
+        })
+}
+
+/// The chunk pointers of rows `c0 + r0..` (`c0` starts a chunk).
+fn chunk_at<const C: usize>(
+    p: &PanelPlan<'_>,
     c0: usize,
+    r0: usize,
+    out: &SharedMut<f32>,
+) -> Chunk<C> {
+    // Chunk-major slots (`panel::pack_acts`): rows of a block are consecutive.
+    let (n, slot) = (p.w.rows, c0 * p.nb + r0);
+    Chunk::<C> {
+        qs: p.qs[slot * QK..].as_ptr(),
+        terms: p.terms[2 * c0 * p.nb + r0..].as_ptr(),
+        corr: p.corr.get(slot..).unwrap_or_default().as_ptr(),
+        // SAFETY: row starts of the output; this tile writes only its own columns.
+        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
+    }
+}
+
+/// Rows `c0 + r0..c0 + r0 + C` against a pair of panels.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+unsafe fn pair<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+    p: &PanelPlan<'_>,
+    (panels, c0, r0, cols): ([*const u8; 2], usize, usize, ([usize; 2], [u16; 2])),
     out: &SharedMut<f32>,
 ) {
-    let (n, nb) = (p.w.rows, p.nb);
+    let ch = chunk_at::<C>(p, c0, r0, out);
     let rec = p.f.record_bytes();
-    let j1 = ((wi + 1) * p.wt).min(n);
-    let ch = Chunk::<C> {
-        acts: std::array::from_fn(|c| p.acts.row(c0 + c).as_ptr()),
-        ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
-        sa: std::array::from_fn(|c| p.sa[(c0 + c) * nb..].as_ptr()),
-        corr: std::array::from_fn(|c| p.corr[(c0 + c) * nb..].as_ptr()),
-        // SAFETY: row starts of the output; this tile writes only its own columns.
-        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + c) * n) }),
-    };
-    for j in (wi * p.wt..j1).step_by(P) {
-        let panel = p.w.data[(j / P) * nb * rec..].as_ptr();
-        let (scale_bytes, a) = (p.f.scale_bytes(), (p.f.a_bytes, p.f.a_qs));
-        panel_chunk::<C, MIN, NIB, BIAS>(nb, rec, scale_bytes, a.0, a.1, panel, &ch, lanes(n, j));
-    }
+    panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), panels, &ch, cols);
 }
 
 /// Column `j` and the mask of its live lanes (the last panel may be partial).
@@ -177,50 +204,44 @@ fn lanes(n: usize, j: usize) -> (usize, u16) {
     )
 }
 
-/// [`tile`] for the wide (16-bit activation) format.
+/// [`tile`] for the wide (16-bit activation) format: pairs of panels against the chunk in
+/// calls of at most [`PAIR_ROWS`] rows (the pair stays in L1 between them).
 ///
 /// # Safety
 /// As [`tile`].
 unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &SharedMut<f32>) {
-    match rows {
-        1 => chunk_wide::<1>(p, wi, c0, out),
-        2 => chunk_wide::<2>(p, wi, c0, out),
-        3 => chunk_wide::<3>(p, wi, c0, out),
-        4 => chunk_wide::<4>(p, wi, c0, out),
-        5 => chunk_wide::<5>(p, wi, c0, out),
-        6 => chunk_wide::<6>(p, wi, c0, out),
-        7 => chunk_wide::<7>(p, wi, c0, out),
-        8 => chunk_wide::<8>(p, wi, c0, out),
-        9 => chunk_wide::<9>(p, wi, c0, out),
-        10 => chunk_wide::<10>(p, wi, c0, out),
-        11 => chunk_wide::<11>(p, wi, c0, out),
-        12 => chunk_wide::<12>(p, wi, c0, out),
-        13 => chunk_wide::<13>(p, wi, c0, out),
-        14 => chunk_wide::<14>(p, wi, c0, out),
-        15 => chunk_wide::<15>(p, wi, c0, out),
-        _ => chunk_wide::<16>(p, wi, c0, out),
+    for (panels, cols) in panel_pairs(p, wi) {
+        for r0 in (0..rows).step_by(PAIR_ROWS) {
+            let at = (panels, c0, r0, cols);
+            match rows - r0 {
+                1 => chunk_wide::<1>(p, at, out),
+                2 => chunk_wide::<2>(p, at, out),
+                3 => chunk_wide::<3>(p, at, out),
+                4 => chunk_wide::<4>(p, at, out),
+                5 => chunk_wide::<5>(p, at, out),
+                6 => chunk_wide::<6>(p, at, out),
+                7 => chunk_wide::<7>(p, at, out),
+                _ => chunk_wide::<8>(p, at, out),
+            }
+        }
     }
 }
 
+/// Rows `c0 + r0..c0 + r0 + C` (`c0` starts a chunk) against a pair of wide panels.
 #[inline(always)]
+#[allow(clippy::type_complexity)]
 unsafe fn chunk_wide<const C: usize>(
     p: &PanelPlan<'_>,
-    wi: usize,
-    c0: usize,
+    (panels, c0, r0, cols): ([*const u8; 2], usize, usize, ([usize; 2], [u16; 2])),
     out: &SharedMut<f32>,
 ) {
-    let (n, nb) = (p.w.rows, p.nb);
-    let rec = p.f.record_bytes();
-    let half = p.w.cols / 2;
-    let j1 = ((wi + 1) * p.wt).min(n);
+    let n = p.w.rows;
+    let slot = c0 * p.nb + r0;
     let ch = WideChunk::<C> {
-        pairs: std::array::from_fn(|c| p.pairs[(c0 + c) * half..].as_ptr()),
-        ad: std::array::from_fn(|c| p.ad[(c0 + c) * nb..].as_ptr()),
+        pairs: p.pairs[slot * QK / 2..].as_ptr(),
+        ad: p.ad[slot..].as_ptr(),
         // SAFETY: row starts of the output; this tile writes only its own columns.
-        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + c) * n) }),
+        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
     };
-    for j in (wi * p.wt..j1).step_by(P) {
-        let panel = p.w.data[(j / P) * nb * rec..].as_ptr();
-        wide_chunk::<C>(nb, rec, panel, &ch, lanes(n, j));
-    }
+    wide_pair::<C>(p.nb, p.f.record_bytes(), panels, &ch, cols);
 }
