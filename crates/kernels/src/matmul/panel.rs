@@ -196,6 +196,7 @@ pub(crate) fn unpack_block(
 
 /// Per (activation row, block) values the kernels broadcast: the block's `d` and `s` as f32
 /// and `-BIAS * sum(q)`, which turns the unsigned-weight dot back into the signed one.
+#[cfg(test)]
 pub(crate) fn act_terms(
     f: &PanelFormat,
     row: &[u8],
@@ -222,7 +223,7 @@ pub(crate) fn act_terms(
 
 /// Lays out the activation rows for the panel kernel, in chunks of `ch` rows: per chunk and
 /// block, the `ch` rows' 32 quant bytes (`qs`), their scales then their block sums (`terms`,
-/// [`act_terms`]'s `ad` and `sa`) and, for formats with a bias, their corrections (`corr`).
+/// `act_terms`'s `ad` and `sa`) and, for formats with a bias, their corrections (`corr`).
 /// A kernel then reaches every row of a block at a fixed offset from one pointer.
 /// `rows(i)` is activation row `i` of `m`; buffers are sized for `m.div_ceil(ch)` chunks.
 pub(crate) fn pack_acts<'a>(
@@ -233,19 +234,19 @@ pub(crate) fn pack_acts<'a>(
     rows: impl Fn(usize) -> &'a [u8],
     (qs, terms, corr): (&mut [u8], &mut [f32], &mut [i32]),
 ) {
-    let (mut ad, mut sa, mut cr) = ([0f32; 1], [0f32; 1], [0i32; 1]);
+    let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
     for i in 0..m {
         let (k, c) = (i / ch, i % ch);
         let row = rows(i);
-        for b in 0..nb {
+        for (b, blk) in row.chunks_exact(f.a_bytes).take(nb).enumerate() {
+            // The same values as `act_terms`, without its sum where no bias needs it.
             let at = (k * nb + b) * ch;
-            let blk = &row[b * f.a_bytes..][..f.a_bytes];
-            act_terms(f, blk, 1, &mut ad, &mut sa, &mut cr);
-            qs[(at + c) * QK..][..QK].copy_from_slice(&blk[f.a_qs..f.a_qs + QK]);
-            terms[2 * at + c] = ad[0];
-            terms[2 * at + ch + c] = sa[0];
+            let q = &blk[f.a_qs..f.a_qs + QK];
+            qs[(at + c) * QK..][..QK].copy_from_slice(q);
+            terms[2 * at + c] = f16(blk);
+            terms[2 * at + ch + c] = if f.has_min { f16(&blk[2..]) } else { 0.0 };
             if f.bias != 0 {
-                corr[at + c] = cr[0];
+                corr[at + c] = -f.bias * q.iter().map(|&q| q as i8 as i32).sum::<i32>();
             }
         }
     }
