@@ -525,6 +525,61 @@ mod tests {
         assert!(same, "the decode row differs alone and in the batch");
     }
 
+    /// A query's bits do not depend on whether it runs as a decode row (whose half-float keys
+    /// and values are read in place where the CPU has AVX-512VL) or as the last row of a
+    /// prefill chunk (whose blocks are widened first): groups of 3 and 4 heads, head sizes 64
+    /// and 128, contexts that end inside a key block.
+    #[test]
+    fn decode_rows_match_the_same_query_in_a_prefill_chunk() {
+        for (n_heads, n_kv_heads, head_dim, len) in
+            [(9, 3, 64, 45), (8, 2, 128, 70), (6, 2, 64, 33)]
+        {
+            let shape = AttnShape {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                scale: 0.11,
+            };
+            let (qw, kw, bs) = (n_heads * head_dim, n_kv_heads * head_dim, 16);
+            let val = |i: usize, m: usize| ((i * m % 59) as f32 - 29.0) * 0.037;
+            let k: Vec<f32> = (0..len * kw).map(|i| val(i, 7)).collect();
+            let v: Vec<f32> = (0..len * kw).map(|i| val(i, 11)).collect();
+            let table: Vec<u32> = (0..len.div_ceil(bs) as u32).rev().collect();
+            let chunk = 5;
+            let q: Vec<f32> = (0..chunk * qw).map(|i| val(i, 13)).collect();
+            let last = &q[(chunk - 1) * qw..];
+            let prefill =
+                run_seqs_in::<half::f16>(shape, bs, &[(&k, &v, &table, chunk, &q)], false);
+            let decode = run_seqs_in::<half::f16>(shape, bs, &[(&k, &v, &table, 1, last)], false);
+            let (p, d) = (&prefill[(chunk - 1) * qw..], &decode[..]);
+            assert!(
+                p.iter().zip(d).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{n_heads}/{n_kv_heads} heads of {head_dim}: decode and prefill bits differ"
+            );
+            // Among other decode rows (one item per sequence) the same bits again.
+            let other: Vec<f32> = (0..qw).map(|i| val(i, 17)).collect();
+            let rows: Vec<Seq<'_>> = (0..12)
+                .map(|s| {
+                    (
+                        &k[..],
+                        &v[..],
+                        &table[..],
+                        1,
+                        if s == 5 { last } else { &other[..] },
+                    )
+                })
+                .collect();
+            let many = run_seqs_in::<half::f16>(shape, bs, &rows, false);
+            assert!(
+                many[5 * qw..6 * qw]
+                    .iter()
+                    .zip(d)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{n_heads}/{n_kv_heads} heads of {head_dim}: differs among 12 decode rows"
+            );
+        }
+    }
+
     #[test]
     fn long_context_matches_dense_and_is_batch_invariant() {
         let shape = AttnShape {

@@ -13,6 +13,12 @@
 //!
 //! None of these depend on which other queries share the tile or the batch, so results are
 //! batch invariant bit for bit.
+//!
+//! Half-float caches: query tiles widen each key or value block to f32 once for their queries;
+//! decode tiles on CPUs with AVX-512VL read the half floats in place instead
+//! ([`scores_direct`], [`values_direct`]: the same 256-bit operations, with enough registers
+//! to convert each chunk once for up to three heads) and prefetch the next block while one
+//! computes. A decode row at batch 16 was mostly waiting on the widening's loads and stores.
 
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,6 +144,7 @@ fn tiled_items<E: KvElem>(
         return;
     }
     assert!(max_len <= cap, "a sequence is longer than its block table");
+    let direct = !E::IS_F32 && direct_available();
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
@@ -215,6 +222,7 @@ fn tiled_items<E: KvElem>(
                     k: k_cache.as_ptr(),
                     v: v_cache.as_ptr(),
                     stride: max_len,
+                    direct: direct && step == 0,
                 };
                 // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
                 // query/output rows hold head_dim floats, scores hold nq * max_len floats.
@@ -239,6 +247,8 @@ struct Tile<'a, E> {
     k: *const E,
     v: *const E,
     stride: usize,
+    /// Decode heads over a half-float cache read in place (`direct`), not widened first.
+    direct: bool,
 }
 
 impl<E: KvElem> Tile<'_, E> {
@@ -257,6 +267,23 @@ impl<E: KvElem> Tile<'_, E> {
         // Scores, one block of keys at a time.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
+            if self.direct {
+                let pe = p1.min(self.first_ctx);
+                // The next key block (or the first value block) while this one computes.
+                if p1 < ctx_max {
+                    self.prefetch(self.k, p1, (p1 + KB).min(ctx_max));
+                } else {
+                    self.prefetch(self.v, 0, KB.min(ctx_max));
+                }
+                for g in 0..self.groups {
+                    for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
+                        let heads = &qs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
+                        let rows = (sc.add(h * self.stride), self.stride);
+                        scores_direct(self, heads, g, (p0, pe), rows);
+                    }
+                }
+                continue;
+            }
             let rows = self.block(self.k, p0, p1, wide);
             for g in 0..self.groups {
                 let krow = |p: usize| rows(p).add(g * hd);
@@ -305,6 +332,20 @@ impl<E: KvElem> Tile<'_, E> {
         // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
         for p0 in (0..ctx_max).step_by(KB) {
             let p1 = (p0 + KB).min(ctx_max);
+            if self.direct {
+                let pe = p1.min(self.first_ctx);
+                if p1 < ctx_max {
+                    self.prefetch(self.v, p1, (p1 + KB).min(ctx_max));
+                }
+                for g in 0..self.groups {
+                    for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
+                        let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
+                        let w = (sc.add(h * self.stride), self.stride);
+                        values_direct(self, heads, g, (p0, pe), w);
+                    }
+                }
+                continue;
+            }
             let rows = self.block(self.v, p0, p1, wide);
             for g in 0..self.groups {
                 let vrow = |p: usize| rows(p).add(g * hd);
@@ -348,6 +389,19 @@ impl<E: KvElem> Tile<'_, E> {
         }
     }
 
+    /// Asks for cache rows `p0..p1` (the tile's KV heads) ahead of their use.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prefetch(&self, cache: *const E, p0: usize, p1: usize) {
+        let bytes = self.groups * self.head_dim * std::mem::size_of::<E>();
+        for p in p0..p1 {
+            let row = cache.add(self.offs[p]).cast::<i8>();
+            for off in (0..bytes).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(row.add(off));
+            }
+        }
+    }
+
     /// Row `p` (in `p0..p1`) of one block of `cache` as f32 (the tile's `groups` KV heads,
     /// `groups * head_dim` values): the cache row itself for an f32 cache; otherwise the block
     /// is first widened into `wide` (exactly) and rows point there.
@@ -378,6 +432,117 @@ impl<E: KvElem> Tile<'_, E> {
                 wide.add((p - p0) * rw)
             }
         }
+    }
+}
+
+/// Heads of one KV group a direct tile takes at once (their accumulators and the shared key
+/// or value registers fit the 32 vector registers AVX-512VL gives 256-bit code).
+const MAX_DIRECT_HEADS: usize = 3;
+
+/// Whether the direct decode path runs here: the same 256-bit arithmetic as the widening path,
+/// with the 32 registers of AVX-512VL so that each half-float key or value chunk is
+/// converted once for every head of its group.
+fn direct_available() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+}
+
+/// Scores of the group's heads (`qs`, at most [`MAX_DIRECT_HEADS`]) against keys `p0..pe` of KV
+/// head `g`, read in place: per four keys (padded with a repeated key, as `dot4`), each
+/// 8-value chunk of each key converted once and fed to every head's chain for that key. Every
+/// score has the bits `dot4` gives it. `rows`: the first head's score row and the stride.
+///
+/// # Safety
+/// AVX2, FMA, F16C, AVX-512F/VL; as [`Tile::run`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+unsafe fn scores_direct<E: KvElem>(
+    t: &Tile<'_, E>,
+    qs: &[*const f32],
+    g: usize,
+    (p0, pe): (usize, usize),
+    (row0, stride): (*mut f32, usize),
+) {
+    let hd = t.head_dim;
+    let n = qs.len();
+    let mut p = p0;
+    while p < pe {
+        // Plain loops: closures would not inherit this function's target features.
+        let mut ks = [t.k; 4];
+        for (u, k) in ks.iter_mut().enumerate() {
+            *k = t.k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
+        }
+        let mut acc = [[_mm256_setzero_ps(); 4]; MAX_DIRECT_HEADS];
+        let mut d = 0;
+        while d < hd {
+            let mut kv = [_mm256_setzero_ps(); 4];
+            for (k, src) in kv.iter_mut().zip(ks) {
+                *k = E::load8(src.add(d));
+            }
+            for (h, acc) in acc.iter_mut().enumerate().take(n) {
+                let qv = _mm256_loadu_ps(qs[h].add(d));
+                for (a, k) in acc.iter_mut().zip(kv) {
+                    *a = _mm256_fmadd_ps(qv, k, *a);
+                }
+            }
+            d += 8;
+        }
+        for (h, acc) in acc.iter().enumerate().take(n) {
+            let s = reduce4(*acc);
+            let row = row0.add(h * stride);
+            for (u, &v) in s.iter().enumerate().take(pe - p) {
+                *row.add(p + u) = v * t.scale;
+            }
+        }
+        p += 4;
+    }
+}
+
+/// `out_h += w_h(p) * v_p` for keys `p0..pe` of KV head `g` and the group's heads (`outs`, at
+/// most [`MAX_DIRECT_HEADS`]), values read in place 64 lanes at a time, each chunk converted
+/// once for every head: each lane runs `axpy`'s fma chain. `w`: the first head's weight row
+/// and the stride.
+///
+/// # Safety
+/// As [`scores_direct`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)] // `acc[h][c]`: one value chunk feeds every head
+unsafe fn values_direct<E: KvElem>(
+    t: &Tile<'_, E>,
+    outs: &[*mut f32],
+    g: usize,
+    (p0, pe): (usize, usize),
+    (w0, stride): (*const f32, usize),
+) {
+    const NC: usize = 8;
+    let hd = t.head_dim;
+    let n = outs.len();
+    let mut d0 = 0;
+    while d0 < hd {
+        let nc = ((hd - d0) / 8).min(NC);
+        let mut acc = [[_mm256_setzero_ps(); NC]; MAX_DIRECT_HEADS];
+        for (h, acc) in acc.iter_mut().enumerate().take(n) {
+            for (c, a) in acc.iter_mut().enumerate().take(nc) {
+                *a = _mm256_loadu_ps(outs[h].add(d0 + 8 * c));
+            }
+        }
+        for p in p0..pe {
+            let vr = t.v.add(t.offs[p] + g * hd + d0);
+            let mut w = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
+            for (h, w) in w.iter_mut().enumerate().take(n) {
+                *w = _mm256_set1_ps(*w0.add(h * stride + p));
+            }
+            for c in 0..nc {
+                let v = E::load8(vr.add(8 * c));
+                for h in 0..n {
+                    acc[h][c] = _mm256_fmadd_ps(w[h], v, acc[h][c]);
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate().take(n) {
+            for (c, a) in acc.iter().enumerate().take(nc) {
+                _mm256_storeu_ps(outs[h].add(d0 + 8 * c), *a);
+            }
+        }
+        d0 += 8 * nc;
     }
 }
 
