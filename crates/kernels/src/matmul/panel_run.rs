@@ -59,18 +59,14 @@ pub(super) fn panel_plan<'a>(
         let bufs = (&mut qs[..], &mut terms[..], &mut corr[..]);
         pack_acts(&f, m, nb, CH, |i| acts.row(i), bufs);
     }
-    let panel_bytes = nb * f.record_bytes();
-    let (wt, at) = match (m <= 2 * CH, wide) {
+    let (wt, at) = if m <= 2 * CH {
         // Whole pairs of panels (`tile`); about 16 tiles per thread, at most 512 rows each.
-        (true, _) => {
-            let per_tile = n.div_ceil(2 * P).div_ceil(16 * pool.n_threads().max(1));
-            ((per_tile * 2 * P).min(512), m.max(1))
-        }
+        let per_tile = n.div_ceil(2 * P).div_ceil(16 * pool.n_threads().max(1));
+        ((per_tile * 2 * P).min(512), m.max(1))
+    } else {
         // About 16 KiB of panels per tile against 128 activation rows.
-        (false, _) => (
-            (16 * 1024 / (2 * panel_bytes).max(1)).clamp(1, 2) * 2 * P,
-            8 * CH,
-        ),
+        let pair_bytes = 2 * nb * f.record_bytes();
+        ((16 * 1024 / pair_bytes.max(1)).clamp(1, 2) * 2 * P, 8 * CH)
     };
     let n_wt = n.div_ceil(wt);
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
