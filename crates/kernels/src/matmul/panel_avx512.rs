@@ -52,7 +52,7 @@ pub(crate) struct Chunk<const C: usize> {
     pub terms: *const f32,
     /// Per block, [`CH`] bias corrections (formats with a bias only).
     pub corr: *const i32,
-    /// Each output row; a call writes the lanes of `mask` at column `col`.
+    /// Each output row; a call writes lanes `masks[k]` of panel `k` at column `cols[k]`.
     pub out: [*mut f32; C],
 }
 
@@ -161,7 +161,7 @@ pub(crate) struct WideChunk<const C: usize> {
     pub pairs: *const i32,
     /// Per block, [`CH`] activation scales (likewise).
     pub ad: *const f32,
-    /// Each output row; a call writes the lanes of `mask` at column `col`.
+    /// Each output row; a call writes lanes `masks[k]` of panel `k` at column `cols[k]`.
     pub out: [*mut f32; C],
 }
 
