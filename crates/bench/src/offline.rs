@@ -105,9 +105,35 @@ fn request(ids: Vec<u32>, max_tokens: usize) -> GenerationRequest {
 }
 
 /// (arrival time, tokens) of each delta until the stream ends.
-fn drain(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
+fn drain(s: RequestStream) -> Result<Vec<(Instant, usize)>> {
+    crate::serve::block_on(drain_async(s))?
+}
+
+/// `drain` of every stream, on one thread: an arrival is stamped when that thread sees it, and
+/// deltas that arrive together wake it once (one reader thread per stream made every step
+/// wake as many threads as there were requests, which on a machine with no idle core took
+/// that time from the engine).
+fn drain_all(streams: Vec<RequestStream>) -> Result<Vec<Vec<(Instant, usize)>>> {
+    crate::serve::block_on(async move {
+        let mut set = tokio::task::JoinSet::new();
+        let n = streams.len();
+        for (i, s) in streams.into_iter().enumerate() {
+            set.spawn(async move { (i, drain_async(s).await) });
+        }
+        let mut out: Vec<Vec<(Instant, usize)>> = vec![Vec::new(); n];
+        while let Some(joined) = set.join_next().await {
+            let (i, timeline) =
+                joined.map_err(|_| BenchError::Engine("a reader task panicked".into()))?;
+            out[i] = timeline?;
+        }
+        Ok(out)
+    })?
+}
+
+/// [`drain`], awaiting each event.
+async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     let mut out = Vec::new();
-    while let Some(ev) = s.blocking_next() {
+    while let Some(ev) = s.next().await {
         match ev {
             RequestEvent::Delta { token_ids, .. } => {
                 if !token_ids.is_empty() {
@@ -249,19 +275,7 @@ pub fn run_generate(
                         ))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let timelines = std::thread::scope(|sc| {
-                    let hs: Vec<_> = streams
-                        .into_iter()
-                        .map(|s| sc.spawn(move || drain(s)))
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| {
-                            h.join().map_err(|_| {
-                                BenchError::Engine("a reader thread panicked".into())
-                            })?
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })?;
+                let timelines = drain_all(streams)?;
                 let start = timelines
                     .iter()
                     .filter_map(|t| t.first().map(|x| x.0))

@@ -62,6 +62,12 @@ pub trait KvElem: Copy + Default + Send + Sync + 'static {
     /// AVX2 and F16C are available; `p` is valid for 8 elements.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    /// Sixteen values at `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `p` is valid for 16 elements.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
 }
 
 impl KvElem for f32 {
@@ -78,6 +84,11 @@ impl KvElem for f32 {
     #[inline(always)]
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
         std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
+        std::arch::x86_64::_mm512_loadu_ps(p)
     }
 }
 
@@ -101,6 +112,12 @@ impl KvElem for half::f16 {
     unsafe fn load8(p: *const half::f16) -> std::arch::x86_64::__m256 {
         use std::arch::x86_64::*;
         _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const half::f16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
     }
 }
 
@@ -532,7 +549,14 @@ mod tests {
     #[test]
     fn decode_rows_match_the_same_query_in_a_prefill_chunk() {
         for (n_heads, n_kv_heads, head_dim, len) in
-            [(9, 3, 64, 45), (8, 2, 128, 70), (6, 2, 64, 33)]
+            // Head sizes 72 and 24: the value pass ends with an 8-lane chunk.
+            [
+                (9, 3, 64, 45),
+                (8, 2, 128, 70),
+                (6, 2, 64, 33),
+                (6, 2, 72, 40),
+                (4, 1, 24, 37),
+            ]
         {
             let shape = AttnShape {
                 n_heads,

@@ -16,9 +16,12 @@
 //!
 //! Half-float caches: query tiles widen each key or value block to f32 once for their queries;
 //! decode tiles on CPUs with AVX-512VL read the half floats in place instead
-//! ([`scores_direct`], [`values_direct`]: the same 256-bit operations, with enough registers
-//! to convert each chunk once for up to three heads) and prefetch the next block while one
-//! computes. A decode row at batch 16 was mostly waiting on the widening's loads and stores.
+//! ([`scores_direct`]: the same 256-bit operations, with enough registers to convert each chunk
+//! once for up to three heads; [`values_direct`]: 512-bit lanes, each running the same chain).
+//! A decode row at batch 16 was mostly waiting on the widening's loads and stores. While a
+//! direct tile computes on one cache row it asks for the row a block ahead ([`KB`] rows, keys
+//! then values), a few lines per key: one burst per block filled the line-fill buffers and
+//! stalled the arithmetic behind it.
 
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -269,12 +272,6 @@ impl<E: KvElem> Tile<'_, E> {
             let p1 = (p0 + KB).min(ctx_max);
             if self.direct {
                 let pe = p1.min(self.first_ctx);
-                // The next key block (or the first value block) while this one computes.
-                if p1 < ctx_max {
-                    self.prefetch(self.k, p1, (p1 + KB).min(ctx_max));
-                } else {
-                    self.prefetch(self.v, 0, KB.min(ctx_max));
-                }
                 for g in 0..self.groups {
                     for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
                         let heads = &qs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
@@ -334,9 +331,6 @@ impl<E: KvElem> Tile<'_, E> {
             let p1 = (p0 + KB).min(ctx_max);
             if self.direct {
                 let pe = p1.min(self.first_ctx);
-                if p1 < ctx_max {
-                    self.prefetch(self.v, p1, (p1 + KB).min(ctx_max));
-                }
                 for g in 0..self.groups {
                     for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
                         let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
@@ -389,16 +383,27 @@ impl<E: KvElem> Tile<'_, E> {
         }
     }
 
-    /// Asks for cache rows `p0..p1` (the tile's KV heads) ahead of their use.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn prefetch(&self, cache: *const E, p0: usize, p1: usize) {
-        let bytes = self.groups * self.head_dim * std::mem::size_of::<E>();
-        for p in p0..p1 {
-            let row = cache.add(self.offs[p]).cast::<i8>();
-            for off in (0..bytes).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(row.add(off));
-            }
+    /// Asks for KV head `g`'s part of the cache row [`KB`] rows after row `p` in the order a
+    /// direct tile reads them (its keys, then its values; `values`: `p` is a value row), so
+    /// the loads of the next block are spread over this one's arithmetic.
+    #[inline(always)]
+    unsafe fn prefetch_ahead(&self, p: usize, g: usize, values: bool) {
+        let ctx = self.offs.len();
+        let ahead = p + KB;
+        let (cache, q) = match (values, ahead < ctx) {
+            (false, true) => (self.k, ahead),
+            (false, false) => (self.v, ahead - ctx),
+            (true, _) => (self.v, ahead),
+        };
+        if q >= ctx {
+            return;
+        }
+        let start = cache.add(self.offs[q] + g * self.head_dim) as usize;
+        let end = start + self.head_dim * std::mem::size_of::<E>();
+        let mut line = start & !63;
+        while line < end {
+            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+            line += 64;
         }
     }
 
@@ -470,6 +475,9 @@ unsafe fn scores_direct<E: KvElem>(
         for (u, k) in ks.iter_mut().enumerate() {
             *k = t.k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
         }
+        for u in p..(p + 4).min(pe) {
+            t.prefetch_ahead(u, g, false);
+        }
         let mut acc = [[_mm256_setzero_ps(); 4]; MAX_DIRECT_HEADS];
         let mut d = 0;
         while d < hd {
@@ -497,9 +505,10 @@ unsafe fn scores_direct<E: KvElem>(
 }
 
 /// `out_h += w_h(p) * v_p` for keys `p0..pe` of KV head `g` and the group's heads (`outs`, at
-/// most [`MAX_DIRECT_HEADS`]), values read in place 64 lanes at a time, each chunk converted
-/// once for every head: each lane runs `axpy`'s fma chain. `w`: the first head's weight row
-/// and the stride.
+/// most [`MAX_DIRECT_HEADS`]), values read in place 64 lanes at a time in 512-bit chunks, each
+/// chunk converted once for every head. Every lane runs `axpy`'s fma chain (p ascending from
+/// the output's value), so the lane width changes no bit. `w`: the first head's weight row and
+/// the stride.
 ///
 /// # Safety
 /// As [`scores_direct`].
@@ -512,37 +521,56 @@ unsafe fn values_direct<E: KvElem>(
     (p0, pe): (usize, usize),
     (w0, stride): (*const f32, usize),
 ) {
-    const NC: usize = 8;
+    const NC: usize = 4;
     let hd = t.head_dim;
     let n = outs.len();
     let mut d0 = 0;
-    while d0 < hd {
-        let nc = ((hd - d0) / 8).min(NC);
-        let mut acc = [[_mm256_setzero_ps(); NC]; MAX_DIRECT_HEADS];
+    while d0 + 16 <= hd {
+        let nc = ((hd - d0) / 16).min(NC);
+        let mut acc = [[_mm512_setzero_ps(); NC]; MAX_DIRECT_HEADS];
         for (h, acc) in acc.iter_mut().enumerate().take(n) {
             for (c, a) in acc.iter_mut().enumerate().take(nc) {
-                *a = _mm256_loadu_ps(outs[h].add(d0 + 8 * c));
+                *a = _mm512_loadu_ps(outs[h].add(d0 + 16 * c));
             }
         }
         for p in p0..pe {
+            if d0 == 0 {
+                t.prefetch_ahead(p, g, true);
+            }
             let vr = t.v.add(t.offs[p] + g * hd + d0);
-            let mut w = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
+            let mut w = [_mm512_setzero_ps(); MAX_DIRECT_HEADS];
             for (h, w) in w.iter_mut().enumerate().take(n) {
-                *w = _mm256_set1_ps(*w0.add(h * stride + p));
+                *w = _mm512_set1_ps(*w0.add(h * stride + p));
             }
             for c in 0..nc {
-                let v = E::load8(vr.add(8 * c));
+                let v = E::load16(vr.add(16 * c));
                 for h in 0..n {
-                    acc[h][c] = _mm256_fmadd_ps(w[h], v, acc[h][c]);
+                    acc[h][c] = _mm512_fmadd_ps(w[h], v, acc[h][c]);
                 }
             }
         }
         for (h, acc) in acc.iter().enumerate().take(n) {
             for (c, a) in acc.iter().enumerate().take(nc) {
-                _mm256_storeu_ps(outs[h].add(d0 + 8 * c), *a);
+                _mm512_storeu_ps(outs[h].add(d0 + 16 * c), *a);
             }
         }
-        d0 += 8 * nc;
+        d0 += 16 * nc;
+    }
+    if d0 < hd {
+        // The last 8 lanes of a head size that is an odd multiple of 8.
+        let mut acc = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
+        for (h, a) in acc.iter_mut().enumerate().take(n) {
+            *a = _mm256_loadu_ps(outs[h].add(d0));
+        }
+        for p in p0..pe {
+            let v = E::load8(t.v.add(t.offs[p] + g * hd + d0));
+            for (h, a) in acc.iter_mut().enumerate().take(n) {
+                *a = _mm256_fmadd_ps(_mm256_set1_ps(*w0.add(h * stride + p)), v, *a);
+            }
+        }
+        for (h, a) in acc.iter().enumerate().take(n) {
+            _mm256_storeu_ps(outs[h].add(d0), *a);
+        }
     }
 }
 

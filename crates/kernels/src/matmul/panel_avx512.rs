@@ -77,7 +77,7 @@ pub(crate) unsafe fn panel_pair<
     nb: usize,
     rec: usize,
     scale_bytes: usize,
-    panels: [*const u8; 2],
+    [panels, ahead]: [[*const u8; 2]; 2],
     ch: &Chunk<C>,
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
@@ -85,6 +85,7 @@ pub(crate) unsafe fn panel_pair<
     let low = _mm512_set1_epi8(0x0F);
     for b in 0..nb {
         let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+        ask_for(ahead, b * rec, rec);
         let (q0, q1) = (r0.add(scale_bytes), r1.add(scale_bytes));
         let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
         let corr = ch.corr.add(b * CH);
@@ -176,13 +177,14 @@ pub(crate) struct WideChunk<const C: usize> {
 pub(crate) unsafe fn wide_pair<const C: usize>(
     nb: usize,
     rec: usize,
-    panels: [*const u8; 2],
+    [panels, ahead]: [[*const u8; 2]; 2],
     ch: &WideChunk<C>,
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
     let mut acc = [[_mm512_setzero_ps(); C]; 2];
     for b in 0..nb {
         let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+        ask_for(ahead, b * rec, rec);
         let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
         let mut isum = [[_mm512_setzero_si512(); C]; 2];
         for j in 0..QK / 2 {
@@ -209,6 +211,24 @@ pub(crate) unsafe fn wide_pair<const C: usize>(
     for k in 0..2 {
         for (out, acc) in ch.out.iter().zip(acc[k]) {
             _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
+        }
+    }
+}
+
+/// Asks for bytes `at..at + len` of both panels of `pair` (a null pair: nothing) into the
+/// caches, without waiting for them.
+#[inline(always)]
+fn ask_for(pair: [*const u8; 2], at: usize, len: usize) {
+    for p in pair {
+        if p.is_null() {
+            return;
+        }
+        let start = p.wrapping_add(at) as usize;
+        let mut line = start & !63;
+        while line < start + len {
+            // SAFETY: a prefetch is a hint that never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
+            line += 64;
         }
     }
 }

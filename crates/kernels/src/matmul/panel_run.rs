@@ -60,8 +60,10 @@ pub(super) fn panel_plan<'a>(
         pack_acts(&f, m, nb, CH, |i| acts.row(i), bufs);
     }
     let (wt, at) = if m <= 2 * CH {
-        // Whole pairs of panels (`tile`); about 16 tiles per thread, at most 512 rows each.
-        let per_tile = n.div_ceil(2 * P).div_ceil(16 * pool.n_threads().max(1));
+        // Whole pairs of panels (`tile`); about 4 tiles per thread (a tile's first pair comes
+        // from memory unannounced, later ones were asked for by the pair before), at most 512
+        // rows each.
+        let per_tile = n.div_ceil(2 * P).div_ceil(4 * pool.n_threads().max(1));
         ((per_tile * 2 * P).min(512), m.max(1))
     } else {
         // About 16 KiB of panels per tile against 128 activation rows.
@@ -119,19 +121,16 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    for (panels, cols) in panel_pairs(p, wi) {
-        for r0 in (0..rows).step_by(PAIR_ROWS) {
-            let at = (panels, c0, r0, cols);
-            match rows - r0 {
-                1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
-                2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
-                3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
-                4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
-                5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
-                6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
-                7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
-                _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
-            }
+    for (at, rest) in kernel_calls(p, wi, c0, rows) {
+        match rest {
+            1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
+            2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
+            3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
+            4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
+            5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
+            6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
+            7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
+            _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
         }
     }
 }
@@ -156,6 +155,39 @@ fn panel_pairs<'p>(
         })
 }
 
+/// The kernel calls of weight tile `wi` against rows `c0..c0 + rows`: each pair of panels
+/// passes over the rows [`PAIR_ROWS`] at a time, and its last pass asks for the next pair's
+/// weights (the other passes find this pair in L1; the last one's arithmetic then overlaps
+/// the next pair's trip from memory). Yields each call and the rows left from its first.
+fn kernel_calls<'p>(
+    p: &'p PanelPlan<'_>,
+    wi: usize,
+    c0: usize,
+    rows: usize,
+) -> impl Iterator<Item = (PairAt, usize)> + 'p {
+    let mut pairs = panel_pairs(p, wi).peekable();
+    std::iter::from_fn(move || {
+        let (panels, cols) = pairs.next()?;
+        let next = pairs.peek().map_or([std::ptr::null(); 2], |n| n.0);
+        Some((0..rows).step_by(PAIR_ROWS).map(move |r0| {
+            let last = r0 + PAIR_ROWS >= rows;
+            let ahead = if last { next } else { [std::ptr::null(); 2] };
+            ((panels, ahead, c0, r0, cols), rows - r0)
+        }))
+    })
+    .flatten()
+}
+
+/// A kernel call's pair of panels, the pair whose weights it asks for (null: none), the chunk
+/// start and the first row in it, and where the outputs go (columns, live lanes).
+type PairAt = (
+    [*const u8; 2],
+    [*const u8; 2],
+    usize,
+    usize,
+    ([usize; 2], [u16; 2]),
+);
+
 /// The chunk pointers of rows `c0 + r0..` (`c0` starts a chunk).
 fn chunk_at<const C: usize>(
     p: &PanelPlan<'_>,
@@ -176,15 +208,14 @@ fn chunk_at<const C: usize>(
 
 /// Rows `c0 + r0..c0 + r0 + C` against a pair of panels.
 #[inline(always)]
-#[allow(clippy::type_complexity)]
 unsafe fn pair<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
     p: &PanelPlan<'_>,
-    (panels, c0, r0, cols): ([*const u8; 2], usize, usize, ([usize; 2], [u16; 2])),
+    (panels, ahead, c0, r0, cols): PairAt,
     out: &SharedMut<f32>,
 ) {
     let ch = chunk_at::<C>(p, c0, r0, out);
     let rec = p.f.record_bytes();
-    panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), panels, &ch, cols);
+    panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), [panels, ahead], &ch, cols);
 }
 
 /// Column `j` and the mask of its live lanes (the last panel may be partial).
@@ -206,29 +237,25 @@ fn lanes(n: usize, j: usize) -> (usize, u16) {
 /// # Safety
 /// As [`tile`].
 unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &SharedMut<f32>) {
-    for (panels, cols) in panel_pairs(p, wi) {
-        for r0 in (0..rows).step_by(PAIR_ROWS) {
-            let at = (panels, c0, r0, cols);
-            match rows - r0 {
-                1 => chunk_wide::<1>(p, at, out),
-                2 => chunk_wide::<2>(p, at, out),
-                3 => chunk_wide::<3>(p, at, out),
-                4 => chunk_wide::<4>(p, at, out),
-                5 => chunk_wide::<5>(p, at, out),
-                6 => chunk_wide::<6>(p, at, out),
-                7 => chunk_wide::<7>(p, at, out),
-                _ => chunk_wide::<8>(p, at, out),
-            }
+    for (at, rest) in kernel_calls(p, wi, c0, rows) {
+        match rest {
+            1 => chunk_wide::<1>(p, at, out),
+            2 => chunk_wide::<2>(p, at, out),
+            3 => chunk_wide::<3>(p, at, out),
+            4 => chunk_wide::<4>(p, at, out),
+            5 => chunk_wide::<5>(p, at, out),
+            6 => chunk_wide::<6>(p, at, out),
+            7 => chunk_wide::<7>(p, at, out),
+            _ => chunk_wide::<8>(p, at, out),
         }
     }
 }
 
 /// Rows `c0 + r0..c0 + r0 + C` (`c0` starts a chunk) against a pair of wide panels.
 #[inline(always)]
-#[allow(clippy::type_complexity)]
 unsafe fn chunk_wide<const C: usize>(
     p: &PanelPlan<'_>,
-    (panels, c0, r0, cols): ([*const u8; 2], usize, usize, ([usize; 2], [u16; 2])),
+    (panels, ahead, c0, r0, cols): PairAt,
     out: &SharedMut<f32>,
 ) {
     let n = p.w.rows;
@@ -239,5 +266,5 @@ unsafe fn chunk_wide<const C: usize>(
         // SAFETY: row starts of the output; this tile writes only its own columns.
         out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
     };
-    wide_pair::<C>(p.nb, p.f.record_bytes(), panels, &ch, cols);
+    wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
 }
