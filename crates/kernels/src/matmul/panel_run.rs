@@ -121,61 +121,66 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    for (at, rest) in kernel_calls(p, wi, c0, rows) {
-        match rest {
-            1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
-            2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
-            3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
-            4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
-            5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
-            6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
-            7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
-            _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
-        }
-    }
+    for_each_call(p, wi, c0, rows, |at, rest| match rest {
+        1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
+        2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
+        3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
+        4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
+        5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
+        6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
+        7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
+        _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
+    });
 }
 
-/// The pairs of panels of weight tile `wi` and where their outputs go: (both panels' first
-/// records, (output columns, live lanes)). An odd last panel is paired with itself, its second
-/// copy writing no lane.
-#[allow(clippy::type_complexity)]
-fn panel_pairs<'p>(
-    p: &'p PanelPlan<'_>,
-    wi: usize,
-) -> impl Iterator<Item = ([*const u8; 2], ([usize; 2], [u16; 2]))> + 'p {
+/// Both panels' first records of the pair starting at weight row `j`. An odd last panel is
+/// paired with itself.
+#[inline(always)]
+fn pair_records(p: &PanelPlan<'_>, j: usize) -> [*const u8; 2] {
     let (n, rec) = (p.w.rows, p.f.record_bytes());
-    let panel = move |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
-    (wi * p.wt..((wi + 1) * p.wt).min(n))
-        .step_by(2 * P)
-        .map(move |j| {
-            let second = if j + P < n { j + P } else { j };
-            let (a, b) = (lanes(n, j), lanes(n, second));
-            let masks = [a.1, if second == j { 0 } else { b.1 }];
-            ([panel(j), panel(second)], ([a.0, b.0], masks))
-        })
+    let second = if j + P < n { j + P } else { j };
+    [j, second].map(|r| p.w.data[(r / P) * p.nb * rec..].as_ptr())
 }
 
-/// The kernel calls of weight tile `wi` against rows `c0..c0 + rows`: each pair of panels
-/// passes over the rows [`PAIR_ROWS`] at a time, and its last pass asks for the next pair's
-/// weights (the other passes find this pair in L1; the last one's arithmetic then overlaps
-/// the next pair's trip from memory). Yields each call and the rows left from its first.
-fn kernel_calls<'p>(
-    p: &'p PanelPlan<'_>,
+/// Where the outputs of the pair starting at weight row `j` go: (columns, live lanes); the
+/// second copy of an odd last panel writes no lane.
+#[inline(always)]
+fn pair_outputs(n: usize, j: usize) -> ([usize; 2], [u16; 2]) {
+    let second = if j + P < n { j + P } else { j };
+    let (a, b) = (lanes(n, j), lanes(n, second));
+    ([a.0, b.0], [a.1, if second == j { 0 } else { b.1 }])
+}
+
+/// Runs `call` for each kernel call of weight tile `wi` against rows `c0..c0 + rows`, with
+/// the rows left from the call's first: each pair of panels passes over the rows
+/// [`PAIR_ROWS`] at a time, and its last pass asks for the next pair's weights (the other
+/// passes find this pair in L1; the last one's arithmetic then overlaps the next pair's trip
+/// from memory).
+#[inline(always)]
+fn for_each_call(
+    p: &PanelPlan<'_>,
     wi: usize,
     c0: usize,
     rows: usize,
-) -> impl Iterator<Item = (PairAt, usize)> + 'p {
-    let mut pairs = panel_pairs(p, wi).peekable();
-    std::iter::from_fn(move || {
-        let (panels, cols) = pairs.next()?;
-        let next = pairs.peek().map_or([std::ptr::null(); 2], |n| n.0);
-        Some((0..rows).step_by(PAIR_ROWS).map(move |r0| {
-            let last = r0 + PAIR_ROWS >= rows;
-            let ahead = if last { next } else { [std::ptr::null(); 2] };
-            ((panels, ahead, c0, r0, cols), rows - r0)
-        }))
-    })
-    .flatten()
+    mut call: impl FnMut(PairAt, usize),
+) {
+    let n = p.w.rows;
+    let end = ((wi + 1) * p.wt).min(n);
+    let mut j = wi * p.wt;
+    while j < end {
+        let (panels, cols) = (pair_records(p, j), pair_outputs(n, j));
+        let mut r0 = 0;
+        while r0 < rows {
+            let ahead = if r0 + PAIR_ROWS >= rows && j + 2 * P < end {
+                pair_records(p, j + 2 * P)
+            } else {
+                [std::ptr::null(); 2]
+            };
+            call((panels, ahead, c0, r0, cols), rows - r0);
+            r0 += PAIR_ROWS;
+        }
+        j += 2 * P;
+    }
 }
 
 /// A kernel call's pair of panels, the pair whose weights it asks for (null: none), the chunk
@@ -237,18 +242,16 @@ fn lanes(n: usize, j: usize) -> (usize, u16) {
 /// # Safety
 /// As [`tile`].
 unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &SharedMut<f32>) {
-    for (at, rest) in kernel_calls(p, wi, c0, rows) {
-        match rest {
-            1 => chunk_wide::<1>(p, at, out),
-            2 => chunk_wide::<2>(p, at, out),
-            3 => chunk_wide::<3>(p, at, out),
-            4 => chunk_wide::<4>(p, at, out),
-            5 => chunk_wide::<5>(p, at, out),
-            6 => chunk_wide::<6>(p, at, out),
-            7 => chunk_wide::<7>(p, at, out),
-            _ => chunk_wide::<8>(p, at, out),
-        }
-    }
+    for_each_call(p, wi, c0, rows, |at, rest| match rest {
+        1 => chunk_wide::<1>(p, at, out),
+        2 => chunk_wide::<2>(p, at, out),
+        3 => chunk_wide::<3>(p, at, out),
+        4 => chunk_wide::<4>(p, at, out),
+        5 => chunk_wide::<5>(p, at, out),
+        6 => chunk_wide::<6>(p, at, out),
+        7 => chunk_wide::<7>(p, at, out),
+        _ => chunk_wide::<8>(p, at, out),
+    });
 }
 
 /// Rows `c0 + r0..c0 + r0 + C` (`c0` starts a chunk) against a pair of wide panels.
