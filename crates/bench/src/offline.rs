@@ -130,7 +130,9 @@ fn drain_all(streams: Vec<RequestStream>) -> Result<Vec<Vec<(Instant, usize)>>> 
     })?
 }
 
-/// [`drain`], awaiting each event.
+/// [`drain`], awaiting each event. After each delta the task yields, so that when deltas of
+/// several steps wait in several streams (a reader that fell behind), the streams are stamped
+/// round-robin, in the order the engine sent them, not one stream's backlog first.
 async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     let mut out = Vec::new();
     while let Some(ev) = s.next().await {
@@ -139,6 +141,7 @@ async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
                 if !token_ids.is_empty() {
                     out.push((Instant::now(), token_ids.len()));
                 }
+                tokio::task::yield_now().await;
             }
             RequestEvent::Finished { .. } => return Ok(out),
             RequestEvent::Error(e) => return Err(BenchError::Engine(e)),

@@ -269,3 +269,53 @@ fn batch_mode_on_a_hybrid_reports_the_state_pool_and_reuses_checkpoints() {
     assert_eq!(ids(&lines[0]["ids"]).len(), 6);
     assert_eq!(lines[0]["ids"], lines[1]["ids"]);
 }
+
+#[test]
+fn bench_generate_times_every_decode_token_of_the_batch() {
+    // Decode window: from the last request's first token; every request's later tokens land in
+    // it, so a batch of 3 with 5 tokens each times exactly 3 * 4 tokens.
+    let out_file =
+        std::env::temp_dir().join(format!("oxllm-bench-gen-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&out_file);
+    let out = oxllm()
+        .args([
+            "bench",
+            "generate",
+            "--prompt-lens",
+            "8",
+            "--batch-sizes",
+            "1,3",
+        ])
+        .args([
+            "--output-len",
+            "5",
+            "--decode-prompt-len",
+            "8",
+            "--repeats",
+            "1",
+        ])
+        .args(["--threads", "2", "--out"])
+        .arg(&out_file)
+        .arg("--model")
+        .arg(repo().join("tests/fixtures/tiny/llama-f32"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let _ = std::fs::remove_file(&out_file);
+    let decode: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["phase"] == "decode")
+        .collect();
+    assert_eq!(decode.len(), 2, "{text}");
+    for v in decode {
+        let bs = v["batch_size"].as_u64().unwrap();
+        assert_eq!(v["tokens_timed"].as_u64().unwrap(), bs * 4, "{v}");
+        assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    }
+}
