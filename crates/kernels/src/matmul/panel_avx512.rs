@@ -63,7 +63,8 @@ pub(crate) const PAIR_ROWS: usize = 8;
 
 /// Two panels (`panels`, each `nb` records of `rec` bytes, scales first) against the chunk's
 /// first `C` rows (`C <= PAIR_ROWS`); output lanes `masks[k]` of panel `k` go to column
-/// `cols[k]` of each output row.
+/// `cols[k]` of each output row. Block `b` of the pair `ahead` (nulls: none) is asked for
+/// alongside block `b` of this pair, never read.
 ///
 /// # Safety
 /// See the module's contract; `out[c] + cols[k]` is valid for the lanes set in `masks[k]`.
@@ -169,7 +170,8 @@ pub(crate) struct WideChunk<const C: usize> {
 /// Two wide Q8_0 panels against the chunk's first `C` rows (`C <= PAIR_ROWS`), output lanes
 /// `masks[k]` of panel `k` to column `cols[k]`: per block and pair dword `j`, both panels'
 /// weight pairs are sign-extended once and every row's dword broadcast once for the two
-/// `vpdpwssd`; then per row and panel one convert, one multiply and one fma.
+/// `vpdpwssd`; then per row and panel one convert, one multiply and one fma. `ahead` as in
+/// [`panel_pair`].
 ///
 /// # Safety
 /// See the module's contract; `out[c] + cols[k]` is valid for the lanes set in `masks[k]`.
