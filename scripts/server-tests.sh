@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Drives `oxllm serve` with the official `openai` Python client: builds the release binary,
 # installs openai (pinned) into its own virtual environment under ~/.cache/oxllm, starts the
-# server on a free loopback port with the default model, runs tests/server/test_openai_client.py,
-# then stops the server with SIGTERM and checks that it exits 0. Exits nonzero on any failure.
+# server on a free loopback port with the default model, runs every tests/server/test_*.py
+# against it (each gets BASE_URL MODEL OXLLM_BINARY MODEL_PATH; a file that needs other server
+# flags starts its own server with the binary), then stops the server with SIGTERM and checks
+# that it exits 0. Exits nonzero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.57.0
@@ -27,7 +29,10 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 status=0
-"$VENV/bin/python" tests/server/test_openai_client.py "http://127.0.0.1:$PORT/v1" smollm2 "$BIN" "$MODEL" || status=$?
+for t in tests/server/test_*.py; do
+  echo "== $t" >&2
+  "$VENV/bin/python" "$t" "http://127.0.0.1:$PORT/v1" smollm2 "$BIN" "$MODEL" || status=$?
+done
 kill -TERM "$PID"
 rc=0
 wait "$PID" || rc=$?
