@@ -1,0 +1,196 @@
+//! Weight matrix storage: [`QMatrix`] holds a `[out features, in features]` matrix in its file
+//! format, as row-major blocks or repacked at load into panels (`panel`) where the CPU runs
+//! the panel kernels; [`QMatrix::row`] gives row-major blocks either way.
+
+use oxllm_core::DType;
+
+use super::panel;
+#[cfg(target_arch = "x86_64")]
+use super::panel_avx512;
+use crate::quant::{self, QuantError};
+
+/// A 2-D weight matrix `[rows = out features, cols = in features]` in its storage format.
+#[derive(Clone, Debug)]
+pub struct QMatrix {
+    pub(super) dtype: DType,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) row_bytes: usize,
+    /// Row-major blocks, or panels (`panel`) when `panels` is set.
+    pub(super) data: Vec<u8>,
+    pub(super) panels: Option<&'static panel::PanelFormat>,
+    /// Keep activations in f32 for this matrix (see `weight_dot`).
+    pub(super) f32_activations: bool,
+}
+
+/// Whether new matrices are packed into panels where the CPU has the panel kernel
+/// (`OXLLM_MATMUL_PANELS=0` keeps row-major blocks: for A/B measurements).
+fn panels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::env::var("OXLLM_MATMUL_PANELS").map_or(true, |v| v != "0")
+                && quant::detected_isa() == quant::Isa::Avx2
+                && panel_avx512::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MatrixError {
+    #[error("matrix of {rows}x{cols} {dtype} needs {expected} bytes, got {got}")]
+    Length {
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{cols} columns of {dtype} is not a whole number of blocks")]
+    PartialBlock { dtype: DType, cols: usize },
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+impl QMatrix {
+    /// A matrix from row-major blocks. Q4_0, Q4_1 and Q8_0 are repacked into panels where
+    /// the CPU runs the panel kernel (same memory; [`QMatrix::row`] still gives row-major
+    /// blocks).
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, MatrixError> {
+        let m = Self::new_row_major(dtype, rows, cols, data)?;
+        Ok(if panels_enabled() { m.into_panels() } else { m })
+    }
+
+    /// [`QMatrix::new`] without repacking (benches and tests of the row-major kernels).
+    pub fn new_row_major(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<Self, MatrixError> {
+        let row_bytes = dtype
+            .row_bytes(cols)
+            .map_err(|_| MatrixError::PartialBlock { dtype, cols })?;
+        let expected = row_bytes * rows;
+        if data.len() != expected {
+            return Err(MatrixError::Length {
+                dtype,
+                rows,
+                cols,
+                expected,
+                got: data.len(),
+            });
+        }
+        // Fail at load time, not at the first forward, when a format has no kernel.
+        quant::vec_dot(dtype)?;
+        Ok(QMatrix {
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+            data,
+            panels: None,
+            f32_activations: false,
+        })
+    }
+
+    pub(super) fn into_panels(mut self) -> Self {
+        if let (None, Some(f)) = (self.panels, panel::PanelFormat::of(self.dtype)) {
+            self.data = panel::pack(f, self.rows, self.cols, &self.data);
+            self.panels = Some(f);
+        }
+        self
+    }
+
+    fn into_row_major(mut self) -> Self {
+        if self.panels.is_some() {
+            let data: Vec<u8> = (0..self.rows)
+                .flat_map(|r| self.row(r).into_owned())
+                .collect();
+            self.data = data;
+            self.panels = None;
+        }
+        self
+    }
+
+    /// Whether the matrix is stored as panels.
+    pub fn is_panels(&self) -> bool {
+        self.panels.is_some()
+    }
+
+    /// Computes this matrix against f32 activations, dequantizing weights on the fly: exact up
+    /// to the weight quantization, slower than the integer path. Meant for the output head.
+    ///
+    /// Q8_0 is repacked into wide panels where the CPU runs the panel kernels: activations
+    /// are then rounded to 16 bits per 32-value block (relative error about 1.5e-5 of the
+    /// block's largest value, 256 times finer than the 8-bit path) and the products run as
+    /// integer `vpdpwssd`.
+    pub fn with_f32_activations(self) -> Self {
+        let mut m = self.into_row_major();
+        m.f32_activations = true;
+        if m.dtype == DType::Q8_0 && panels_enabled() {
+            let f = panel::PanelFormat::wide_q8_0();
+            m.data = panel::pack(f, m.rows, m.cols, &m.data);
+            m.panels = Some(f);
+        }
+        m
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Row `r` as row-major blocks (gathered from the panels when packed).
+    pub fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
+        match &self.panels {
+            None => std::borrow::Cow::Borrowed(&self.data[r * self.row_bytes..][..self.row_bytes]),
+            Some(f) => {
+                let mut row = vec![0u8; self.row_bytes];
+                panel::unpack_row(f, &self.data, self.cols, r, &mut row);
+                std::borrow::Cow::Owned(row)
+            }
+        }
+    }
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Dequantizes row `r` (e.g. one token's embedding) into `out`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        let Some(f) = &self.panels else {
+            return quant::dequantize_row(self.dtype, self.row(r).as_ref(), out);
+        };
+        // Block by block through a stack buffer: embedding lookups run inside captured plans,
+        // which must not allocate.
+        if out.len() != self.cols {
+            return Err(QuantError::Length {
+                dtype: self.dtype,
+                n: out.len(),
+                block: quant::QK,
+                got: self.row_bytes,
+            });
+        }
+        let mut blk = [0u8; panel::MAX_BLOCK_BYTES];
+        for (b, dst) in out.chunks_exact_mut(quant::QK).enumerate() {
+            panel::unpack_block(f, &self.data, self.cols, r, b, &mut blk[..f.w_bytes]);
+            quant::dequantize_row(self.dtype, &blk[..f.w_bytes], dst)?;
+        }
+        Ok(())
+    }
+
+    pub fn activation_dtype(&self) -> DType {
+        if self.f32_activations {
+            return DType::F32;
+        }
+        // `new` checked that a kernel exists, so the format has an activation partner.
+        quant::activation_dtype(self.dtype).unwrap_or(DType::F32)
+    }
+}
