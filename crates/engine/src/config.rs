@@ -1,6 +1,6 @@
 //! Engine configuration and how the KV pool size is resolved.
 
-use oxllm_models::{KvCache, ModelConfig};
+use oxllm_models::ModelConfig;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KvCacheSize {
@@ -190,7 +190,8 @@ impl EngineConfig {
 
 /// K and V bytes one token takes over all attention layers with values of `dtype`.
 pub fn kv_bytes_per_token(model: &ModelConfig, dtype: KvCacheDtype) -> usize {
-    KvCache::bytes_per_token(model.kv_layers, model.kv_width()) / 4 * dtype.bytes()
+    // K and V of every attention layer.
+    model.kv_layers * model.kv_width() * 2 * dtype.bytes()
 }
 
 #[cfg(test)]

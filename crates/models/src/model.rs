@@ -1,15 +1,13 @@
-//! `Model`: any supported architecture behind one forward pass.
+//! `Model`: any supported architecture behind one forward.
 //!
-//! Callers read `model.config` (the common summary), build the cache with [`Model::new_cache`]
-//! (paged K/V for the attention layers, plus a recurrent-state pool for hybrids) and call
-//! [`Model::forward`].
+//! Callers read `model.config` (the common summary) and record the forward with
+//! [`crate::graph::record_forward`] over backend buffers: paged K/V for the attention layers
+//! (`graph::KvBuffers`) plus, for hybrids, the recurrent states (`graph::StateBuffers`).
 
 use std::sync::Arc;
 
-use oxllm_kernels::pool::ThreadPool;
-
 use crate::hybrid::HybridModel;
-use crate::{ForwardBatch, KvCache, LlamaModel, ModelConfig, ModelError};
+use crate::{LlamaModel, ModelConfig};
 
 pub enum ModelKind {
     /// Llama, Mistral-style, Qwen2, Qwen3 dense.
@@ -43,37 +41,6 @@ impl From<HybridModel> for Model {
 }
 
 impl Model {
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        batch: &ForwardBatch<'_>,
-        kv: &mut KvCache,
-    ) -> Result<Vec<f32>, ModelError> {
-        match &self.kind {
-            ModelKind::Dense(m) => m.forward(pool, batch, kv),
-            ModelKind::Hybrid(m) => m.forward(pool, batch, kv),
-        }
-    }
-
-    /// A cache of `num_blocks` blocks for the attention layers and, for models with linear
-    /// layers, `num_state_slots` recurrent states (one per concurrently running sequence).
-    pub fn new_cache(
-        &self,
-        num_blocks: usize,
-        block_size: usize,
-        num_state_slots: usize,
-    ) -> KvCache {
-        let c = &self.config;
-        let kv = KvCache::new(c.kv_layers, num_blocks, block_size, c.kv_width());
-        match self
-            .hybrid()
-            .and_then(|h| h.new_state_pool(num_state_slots))
-        {
-            Some(states) => kv.with_states(states),
-            None => kv,
-        }
-    }
-
     /// True when sequences carry recurrent state (they need `ForwardBatch::state_slots`, and
     /// prefix caching cannot restore them yet).
     pub fn has_recurrent_state(&self) -> bool {
@@ -82,9 +49,7 @@ impl Model {
 
     /// Bytes of one sequence's recurrent state (0 for attention-only models).
     pub fn state_bytes_per_seq(&self) -> usize {
-        self.hybrid()
-            .and_then(|h| h.new_state_pool(1))
-            .map_or(0, |p| p.bytes_per_slot())
+        self.hybrid().map_or(0, HybridModel::state_bytes_per_slot)
     }
 
     pub fn dense(&self) -> Option<&LlamaModel> {

@@ -1,14 +1,19 @@
 //! Tiny random Qwen3-Next / Qwen3.5 / Qwen3-MoE checkpoints (f32 and bf16) against the
 //! transformers float32 oracle (`scripts/oracle/make_hybrid.py`): the stored prompt-logit rows of
 //! an 80-token prompt (past the reference's 64-token delta-rule chunk) and a 12-token prompt,
-//! and 32 greedy ids, with the recurrent and the chunked delta rule.
+//! and 32 greedy ids, with the recurrent and the chunked delta rule, on the CPU backend and on
+//! the reference backend.
 
 mod common;
 
 use common::{ids, read_f32, repo_root};
-use oxllm_kernels::pool::ThreadPool;
 use oxllm_models::hybrid::DeltaRule;
 use oxllm_models::{argmax, load_model, Model, Session};
+use oxllm_runtime::{Backend, CpuBackend, ReferenceBackend};
+
+fn cpu() -> Box<dyn Backend> {
+    Box::new(CpuBackend::new(2))
+}
 
 fn load(dir: &str, rule: DeltaRule) -> (Model, serde_json::Value, std::path::PathBuf) {
     let path = repo_root().join("tests/fixtures/tiny").join(dir);
@@ -21,10 +26,14 @@ fn load(dir: &str, rule: DeltaRule) -> (Model, serde_json::Value, std::path::Pat
     (model, oracle, path)
 }
 
-/// Returns the max |logit error| over both prompts.
+/// Checks `dir` on both backends; returns the max |logit error| over both prompts.
 fn check(dir: &str, tol: f32, rule: DeltaRule) -> f32 {
+    let reference = check_on(dir, tol, rule, || Box::new(ReferenceBackend::new()));
+    check_on(dir, tol, rule, cpu).max(reference)
+}
+
+fn check_on(dir: &str, tol: f32, rule: DeltaRule, backend: impl Fn() -> Box<dyn Backend>) -> f32 {
     let (model, oracle, path) = load(dir, rule);
-    let pool = ThreadPool::new(2);
     let vocab = model.config.vocab_size;
     let mut worst = 0f32;
     for case in [&oracle, &oracle["short_prompt"]] {
@@ -33,8 +42,9 @@ fn check(dir: &str, tol: f32, rule: DeltaRule) -> f32 {
         let want = read_f32(&path.join(pl["file"].as_str().unwrap()));
         let rows = ids(&pl["rows"]);
         let want_greedy = ids(&case["greedy_ids"]);
-        let mut session = Session::new(&model, prompt.len() + want_greedy.len());
-        let logits = session.extend(&pool, &prompt, true).unwrap();
+        let mut session =
+            Session::new(&model, prompt.len() + want_greedy.len(), backend()).unwrap();
+        let logits = session.extend(&prompt, true).unwrap();
         let mut max_err = 0f32;
         for (i, &r) in rows.iter().enumerate() {
             let got = &logits[r as usize * vocab..(r as usize + 1) * vocab];
@@ -53,7 +63,7 @@ fn check(dir: &str, tol: f32, rule: DeltaRule) -> f32 {
         for step in 0..want_greedy.len() {
             got.push(next);
             if step + 1 < want_greedy.len() {
-                next = argmax(&session.extend(&pool, &[next], false).unwrap());
+                next = argmax(&session.extend(&[next], false).unwrap());
             }
         }
         assert_eq!(got, want_greedy, "{dir}: greedy continuation");
@@ -97,15 +107,14 @@ fn qwen3_moe_bf16() {
 /// prompt split into steps gives bit-identical logits and recurrent state.
 #[test]
 fn chunked_matches_recurrent_and_split_prefill_is_bit_exact() {
-    let pool = ThreadPool::new(2);
     for dir in ["qwen3-next-f32", "qwen3.5-f32"] {
         let (rec, oracle, _) = load(dir, DeltaRule::Recurrent);
         let (chk, _, _) = load(dir, DeltaRule::Chunked(16));
         let prompt = ids(&oracle["prompt_ids"]);
-        let mut a = Session::new(&rec, 128);
-        let la = a.extend(&pool, &prompt, true).unwrap();
-        let mut b = Session::new(&chk, 128);
-        let lb = b.extend(&pool, &prompt, true).unwrap();
+        let mut a = Session::new(&rec, 128, cpu()).unwrap();
+        let la = a.extend(&prompt, true).unwrap();
+        let mut b = Session::new(&chk, 128, cpu()).unwrap();
+        let lb = b.extend(&prompt, true).unwrap();
         let diff = la
             .iter()
             .zip(&lb)
@@ -113,8 +122,8 @@ fn chunked_matches_recurrent_and_split_prefill_is_bit_exact() {
             .fold(0f32, f32::max);
         eprintln!("{dir}: chunked(16) vs recurrent max |logit diff| = {diff:.2e}");
         assert!(diff < 1e-4, "{dir}: {diff}");
-        let state_a = a.cache().states().unwrap().snapshot(0);
-        let state_b = b.cache().states().unwrap().snapshot(0);
+        let state_a = a.recurrent_state().unwrap().expect("linear layers");
+        let state_b = b.recurrent_state().unwrap().expect("linear layers");
         let sd = state_a
             .iter()
             .zip(&state_b)
@@ -122,12 +131,12 @@ fn chunked_matches_recurrent_and_split_prefill_is_bit_exact() {
             .fold(0f32, f32::max);
         assert!(sd < 1e-4, "{dir}: state differs by {sd}");
 
-        let mut c = Session::new(&rec, 128);
-        let mut lc = c.extend(&pool, &prompt[..37], true).unwrap();
-        lc.extend(c.extend(&pool, &prompt[37..38], true).unwrap());
-        lc.extend(c.extend(&pool, &prompt[38..], true).unwrap());
+        let mut c = Session::new(&rec, 128, cpu()).unwrap();
+        let mut lc = c.extend(&prompt[..37], true).unwrap();
+        lc.extend(c.extend(&prompt[37..38], true).unwrap());
+        lc.extend(c.extend(&prompt[38..], true).unwrap());
         assert!(la == lc, "{dir}: split prefill changed the logits");
-        assert!(state_a == c.cache().states().unwrap().snapshot(0));
+        assert!(state_a == c.recurrent_state().unwrap().expect("linear layers"));
     }
 }
 

@@ -1,13 +1,17 @@
 //! Tiny random checkpoints (Llama, Qwen2, Qwen3; f32 and bf16; sharded) against the
-//! transformers float32 oracle: prompt logits within 1e-3 and 32 greedy ids identical.
+//! transformers float32 oracle: prompt logits within 1e-3 and 32 greedy ids identical, on the
+//! CPU backend and on the reference backend (the one recorded forward on both).
 
 mod common;
 
 use common::{ids, read_f32, repo_root};
-use oxllm_kernels::pool::ThreadPool;
-use oxllm_models::{argmax, load_model, Session};
+use oxllm_models::{argmax, load_model, Model, Session};
+use oxllm_runtime::{Backend, CpuBackend, ReferenceBackend};
 
 const LOGIT_TOL: f32 = 1e-3;
+
+/// A backend of `threads` threads (where it has a pool).
+type MakeBackend = fn(usize) -> Box<dyn Backend>;
 
 fn check(dir: &str, threads: usize) {
     check_file(dir, dir, threads, LOGIT_TOL, true);
@@ -22,17 +26,43 @@ fn check_file(model: &str, oracle_dir: &str, threads: usize, tol: f32, greedy: b
         serde_json::from_str(&std::fs::read_to_string(path.join("oracle.json")).unwrap()).unwrap();
     let model_path = repo_root().join("tests/fixtures/tiny").join(model);
     let (_, model) = load_model(&model_path).unwrap_or_else(|e| panic!("{dir}: {e}"));
-    let pool = ThreadPool::new(threads);
+    let backends: [(&str, MakeBackend); 2] = [
+        ("cpu", |threads| Box::new(CpuBackend::new(threads))),
+        ("reference", |_| Box::new(ReferenceBackend::new())),
+    ];
+    for (name, backend) in backends {
+        let what = format!("{dir} on {name}");
+        check_on(
+            &model,
+            &what,
+            &oracle,
+            &path,
+            || backend(threads),
+            tol,
+            greedy,
+        );
+    }
+}
+
+fn check_on(
+    model: &Model,
+    dir: &str,
+    oracle: &serde_json::Value,
+    path: &std::path::Path,
+    backend: impl Fn() -> Box<dyn Backend>,
+    tol: f32,
+    greedy: bool,
+) {
     let vocab = model.config.vocab_size;
     for (case, logits_file) in [
-        (&oracle, "prompt_logits.f32"),
+        (oracle, "prompt_logits.f32"),
         (&oracle["single_token"], "single_logits.f32"),
     ] {
         let prompt = ids(&case["prompt_ids"]);
         let want_logits = read_f32(&path.join(logits_file));
         let want_greedy = ids(&case["greedy_ids"]);
-        let mut session = Session::new(&model, prompt.len() + want_greedy.len());
-        let logits = session.extend(&pool, &prompt, true).unwrap();
+        let mut session = Session::new(model, prompt.len() + want_greedy.len(), backend()).unwrap();
+        let logits = session.extend(&prompt, true).unwrap();
         assert_eq!(logits.len(), want_logits.len());
         let max_err = logits
             .iter()
@@ -53,7 +83,7 @@ fn check_file(model: &str, oracle_dir: &str, threads: usize, tol: f32, greedy: b
         for step in 0..want_greedy.len() {
             got.push(next);
             if step + 1 < want_greedy.len() {
-                next = argmax(&session.extend(&pool, &[next], false).unwrap());
+                next = argmax(&session.extend(&[next], false).unwrap());
             }
         }
         assert_eq!(got, want_greedy, "{dir}: greedy continuation");

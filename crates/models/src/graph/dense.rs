@@ -1,4 +1,4 @@
-//! The Llama-family step as a launch sequence (the same math as `LlamaModel::forward`).
+//! The Llama-family step as a launch sequence: the dense models' one forward.
 
 use std::sync::Arc;
 

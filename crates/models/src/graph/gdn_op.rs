@@ -1,11 +1,10 @@
 //! The Gated DeltaNet core as one op: conv with the rolling state, SiLU, L2 norms, gates, the
 //! delta rule, checkpoints and the gated RMSNorm, for every sequence of the step.
 //!
-//! The arithmetic is `GatedDeltaNet::forward`'s, in the same order, so the bits match the
-//! direct forward. What differs is where memory comes from: the per-sequence work arrays live
-//! in one step-local `scratch` buffer sized for the step's rows, the states in persistent
-//! backend buffers, and checkpoints are written straight into their slots (a checkpoint slot is
-//! never a running slot of the step, so the order of those writes cannot matter). Only rows
+//! Memory: the per-sequence work arrays live in one step-local `scratch` buffer sized for the
+//! step's rows, the states in persistent backend buffers, and checkpoints are written straight
+//! into their slots (a checkpoint slot is never a running slot of the step, so the order of
+//! those writes cannot matter). Only rows
 //! `query_start_loc[s]..query_start_loc[s + 1]` of a sequence are read: padded rows and
 //! padded (empty) sequences advance no state and take no checkpoint.
 
@@ -84,7 +83,7 @@ impl Op for GdnCore {
         let mut core = mem.f32_mut(name, self.out)?;
         let n = core.len() / vw.max(1);
         let num_slots = conv_all.len() / conv_len.max(1);
-        // Rows of no sequence stay zero, like the direct forward's fresh output.
+        // Rows of no sequence (padding) stay zero.
         core.fill(0.0);
 
         let (buf, rest) = scratch.split_at_mut((hist + n) * cd);

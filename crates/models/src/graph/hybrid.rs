@@ -1,6 +1,5 @@
-//! The hybrid step (Qwen3-Next, Qwen3.5, Qwen3-MoE) as a launch sequence: the same math as
-//! `HybridModel::forward`, op by op, so eager steps, captured plans and the direct forward give
-//! the same bits.
+//! The hybrid step (Qwen3-Next, Qwen3.5, Qwen3-MoE) as a launch sequence: the hybrid models'
+//! one forward, the same ops eager and captured, so both give the same bits.
 //!
 //! Full-attention layers use the paged K/V buffers (one pair per full-attention layer, in layer
 //! order); linear layers keep their conv and recurrent states in [`StateBuffers`], at the

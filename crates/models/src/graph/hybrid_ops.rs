@@ -1,6 +1,6 @@
 //! The small ops of the hybrid forward: state restores, embedding, row norms, the gated
 //! attention's query/gate split with q/k norms and partial rotary, the sigmoid output gate, and
-//! the final norm at the logits rows. Each does what `HybridModel::forward` does at that point.
+//! the final norm at the logits rows.
 
 use std::sync::Arc;
 

@@ -10,6 +10,7 @@
 
 mod buffers;
 mod dense;
+mod forward;
 mod gdn_op;
 mod hybrid;
 mod hybrid_ops;
@@ -19,5 +20,6 @@ mod states;
 
 pub use buffers::{KvBuffers, StepBuffers, StepView};
 pub use dense::record_dense_forward;
+pub use forward::record_forward;
 pub use hybrid::record_hybrid_forward;
 pub use states::{StateBuffers, NO_ENTRY};

@@ -3,8 +3,7 @@
 //! Which expert a row goes to depends on the router logits, so it is decided inside the op
 //! from device memory (never by the host), and the experts' products run on the rows gathered
 //! for them. Every work array is a step-local buffer sized for all rows of the step, so replay
-//! allocates nothing. The arithmetic and its order are `MoeMlp::forward`'s: experts in index
-//! order, each on its rows in row order, the shared expert last; the matmuls are batch
+//! allocates nothing. The order of the arithmetic: experts in index order, each on its rows in row order, the shared expert last; the matmuls are batch
 //! invariant, so a row's product does not depend on which other rows share its expert.
 
 use std::sync::Arc;

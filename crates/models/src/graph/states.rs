@@ -2,7 +2,7 @@
 //! state inputs (running slots, restores, checkpoints) as plain input buffers.
 //!
 //! Per linear layer one conv buffer (`num_slots x conv_len`) and one recurrent buffer
-//! (`num_slots x recurrent_len`), laid out like `RecurrentStatePool`. The step inputs have a
+//! (`num_slots x recurrent_len`), slot after slot. The step inputs have a
 //! fixed capacity so a plan recorded for a bucket reads them at fixed addresses; unused entries
 //! are inert: a padded sequence has slot `u32::MAX` and restore -1 (it has no rows, so it is
 //! never looked at), a padded checkpoint has row `u32::MAX` (no sequence owns that row).
@@ -115,8 +115,7 @@ impl StateBuffers {
         Ok(())
     }
 
-    /// The state of `slot` flattened like `RecurrentStatePool::snapshot` (conv states then
-    /// recurrent matrices, layer by layer); a host read, so never inside a capture.
+    /// The state of `slot` flattened (conv states then recurrent matrices, layer by layer); a host read, so never inside a capture.
     pub fn read_slot(&self, b: &mut dyn Backend, slot: usize) -> Result<Vec<f32>, RuntimeError> {
         const OP: &str = "read_state_slot";
         if slot >= self.num_slots {

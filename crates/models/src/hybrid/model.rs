@@ -1,21 +1,18 @@
-//! The hybrid decoder: per layer a token mixer (Gated DeltaNet or gated full attention) and an
-//! MLP (dense or mixture of experts), both pre-normalised with residuals.
+//! The hybrid decoder's weights: per layer a token mixer (Gated DeltaNet or gated full
+//! attention) and an MLP (dense or mixture of experts), both pre-normalised with residuals. Its
+//! forward is the recorded op sequence of `graph::record_hybrid_forward`.
 //!
 //! Full-attention layers use the paged K/V cache exactly like the Llama family (the cache holds
-//! K/V for those layers only); linear layers keep their state in the cache's
-//! `RecurrentStatePool`, at the batch's state slots.
+//! K/V for those layers only); linear layers keep their state in recurrent-state buffers
+//! (`graph::StateBuffers`), at the step's state slots.
 
 use oxllm_kernels::matmul::QMatrix;
-use oxllm_kernels::ops::{self, Rope};
-use oxllm_kernels::pool::ThreadPool;
+use oxllm_kernels::ops::Rope;
 
 use super::config::HybridConfig;
 use super::gated_attention::GatedAttention;
 use super::gated_delta_net::{DeltaRule, GatedDeltaNet};
 use super::moe::{DenseMlp, MoeMlp};
-use super::state_io;
-use crate::llama::{embed_tokens, output_logits, rms_rows};
-use crate::{ForwardBatch, KvCache, ModelError, RecurrentStatePool};
 
 pub enum Mixer {
     Linear(GatedDeltaNet),
@@ -91,20 +88,21 @@ impl HybridModel {
         self.lm_head.as_ref().unwrap_or(&self.embeddings)
     }
 
-    /// An empty recurrent-state pool of `num_slots` sequences (`None` without linear layers).
-    pub fn new_state_pool(&self, num_slots: usize) -> Option<RecurrentStatePool> {
-        let l = self.config.linear?;
-        let n = self
-            .layers
+    /// Number of Gated DeltaNet (linear-attention) layers.
+    pub fn linear_layers(&self) -> usize {
+        self.layers
             .iter()
             .filter(|x| matches!(x.mixer, Mixer::Linear(_)))
-            .count();
-        Some(RecurrentStatePool::new(
-            n,
-            num_slots,
-            l.conv_state_len(),
-            l.recurrent_len(),
-        ))
+            .count()
+    }
+
+    /// Bytes of one sequence's recurrent state across all linear layers (0 without any).
+    pub fn state_bytes_per_slot(&self) -> usize {
+        self.config.linear.map_or(0, |l| {
+            self.linear_layers()
+                * (l.conv_state_len() + l.recurrent_len())
+                * std::mem::size_of::<f32>()
+        })
     }
 
     pub fn weight_bytes(&self) -> usize {
@@ -124,76 +122,5 @@ impl HybridModel {
             };
         }
         total
-    }
-
-    /// Runs one step; returns logits `[logits_indices.len(), vocab]`.
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        batch: &ForwardBatch<'_>,
-        kv: &mut KvCache,
-    ) -> Result<Vec<f32>, ModelError> {
-        let c = &self.config.base;
-        batch
-            .validate(kv.num_slots(), kv.block_size())
-            .map_err(ModelError::InvalidBatch)?;
-        if kv.kv_width() != c.kv_width() || kv.n_layers() != c.kv_layers {
-            return Err(ModelError::InvalidBatch(format!(
-                "cache has {} layers of {} values, the model needs {} of {}",
-                kv.n_layers(),
-                kv.kv_width(),
-                c.kv_layers,
-                c.kv_width()
-            )));
-        }
-        if let Some(states) = kv.states_mut() {
-            state_io::validate_slots(batch, states.num_slots())?;
-            state_io::apply_restores(batch, states);
-        }
-        let n = batch.token_ids.len();
-        let h = c.hidden;
-        let mut x = embed_tokens(&self.embeddings, batch.token_ids, c.vocab_size, h)?;
-        let mut normed = vec![0f32; n * h];
-        let (mut attn_idx, mut lin_idx) = (0, 0);
-        for layer in &self.layers {
-            rms_rows(&x, &layer.input_norm, c.rms_eps, &mut normed);
-            let mixed = match &layer.mixer {
-                Mixer::Full(a) => {
-                    let (kc, vc) = kv.layer_mut(attn_idx);
-                    attn_idx += 1;
-                    a.forward(pool, &normed, c, &self.rope, batch, kc, vc)?
-                }
-                Mixer::Linear(m) => {
-                    let states = kv.states_mut().ok_or_else(|| {
-                        ModelError::InvalidBatch("the cache has no recurrent state pool".into())
-                    })?;
-                    lin_idx += 1;
-                    m.forward(
-                        pool,
-                        &normed,
-                        h,
-                        batch,
-                        states,
-                        lin_idx - 1,
-                        self.delta_rule,
-                    )?
-                }
-            };
-            ops::add_in_place(&mut x, &mixed);
-            rms_rows(&x, &layer.post_norm, c.rms_eps, &mut normed);
-            let y = match &layer.mlp {
-                Mlp::Dense(d) => d.forward(pool, &normed, n, h)?,
-                Mlp::Moe(m) => m.forward(pool, &normed, n, h)?,
-            };
-            ops::add_in_place(&mut x, &y);
-        }
-        output_logits(
-            pool,
-            &x,
-            batch.logits_indices,
-            &self.final_norm,
-            c.rms_eps,
-            self.lm_head(),
-        )
     }
 }

@@ -1,4 +1,5 @@
-//! MLPs of the hybrid families: the dense SiLU-gated MLP and the mixture of experts.
+//! MLPs of the hybrid families (weights and routing): the dense SiLU-gated MLP and the mixture
+//! of experts, run by the `moe` op (`graph::moe_op`).
 //!
 //! MoE: router logits -> softmax over all experts -> top-k (optionally renormalised to sum 1)
 //! -> the selected experts' outputs weighted by their probabilities; Qwen3-Next adds a shared
@@ -6,32 +7,11 @@
 
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_kernels::ops;
-use oxllm_kernels::pool::ThreadPool;
-
-use crate::llama::SharedActs;
-use crate::ModelError;
 
 pub struct DenseMlp {
     pub gate: QMatrix,
     pub up: QMatrix,
     pub down: QMatrix,
-}
-
-impl DenseMlp {
-    /// `x`: `[rows, hidden]` -> `[rows, hidden]`.
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        x: &[f32],
-        rows: usize,
-        hidden: usize,
-    ) -> Result<Vec<f32>, ModelError> {
-        let mut acts = SharedActs::new(x, rows, hidden);
-        let mut g = acts.project(pool, &self.gate, None)?;
-        let u = acts.project(pool, &self.up, None)?;
-        ops::silu_mul_in_place(&mut g, &u);
-        SharedActs::new(&g, rows, self.gate.rows()).project(pool, &self.down, None)
-    }
 }
 
 pub struct MoeMlp {
@@ -78,59 +58,6 @@ pub fn route_into(logits: &[f32], renorm: bool, probs: &mut [f32], sel: &mut [(u
     if renorm {
         let sum: f32 = sel.iter().map(|s| s.1).sum();
         sel.iter_mut().for_each(|s| s.1 /= sum);
-    }
-}
-
-impl MoeMlp {
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        x: &[f32],
-        rows: usize,
-        hidden: usize,
-    ) -> Result<Vec<f32>, ModelError> {
-        let logits = SharedActs::new(x, rows, hidden).project(pool, &self.router, None)?;
-        let ne = self.experts.len();
-        // Per expert: (token, weight) in token order.
-        let mut assigned: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
-        for t in 0..rows {
-            for (e, w) in route(&logits[t * ne..(t + 1) * ne], self.top_k, self.norm_topk) {
-                assigned[e].push((t, w));
-            }
-        }
-        let mut out = vec![0f32; rows * hidden];
-        for (expert, toks) in self.experts.iter().zip(&assigned) {
-            if toks.is_empty() {
-                continue;
-            }
-            let mut xs = Vec::with_capacity(toks.len() * hidden);
-            for &(t, _) in toks {
-                xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
-            }
-            let y = expert.forward(pool, &xs, toks.len(), hidden)?;
-            for (r, &(t, w)) in toks.iter().enumerate() {
-                for (o, &v) in out[t * hidden..(t + 1) * hidden]
-                    .iter_mut()
-                    .zip(&y[r * hidden..(r + 1) * hidden])
-                {
-                    *o += v * w;
-                }
-            }
-        }
-        if let Some((mlp, gate)) = &self.shared {
-            let y = mlp.forward(pool, x, rows, hidden)?;
-            let g = SharedActs::new(x, rows, hidden).project(pool, gate, None)?;
-            for t in 0..rows {
-                let s = 1.0 / (1.0 + (-g[t]).exp());
-                for (o, &v) in out[t * hidden..(t + 1) * hidden]
-                    .iter_mut()
-                    .zip(&y[t * hidden..(t + 1) * hidden])
-                {
-                    *o += s * v;
-                }
-            }
-        }
-        Ok(out)
     }
 }
 

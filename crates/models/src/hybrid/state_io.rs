@@ -1,7 +1,7 @@
-//! Moving recurrent states between a batch's sequences and checkpoint slots (prefix caching of
-//! hybrids): slot checks, restores before a step, and the checkpoint rows inside a sequence.
+//! Checks of the recurrent-state slots a batch names (prefix caching of hybrids), before its
+//! inputs are written: the restores and checkpoints themselves run inside the step's ops.
 
-use crate::{ForwardBatch, ModelError, RecurrentStatePool};
+use crate::{ForwardBatch, ModelError};
 
 /// Checks every slot the batch names against the pool, and that no checkpoint or restore
 /// source is a slot a sequence of the batch runs in.
@@ -29,25 +29,4 @@ pub fn validate_slots(batch: &ForwardBatch<'_>, num_slots: usize) -> Result<(), 
         }
     }
     Ok(())
-}
-
-/// Copies each restoring sequence's checkpoint into its state slot (before any layer runs).
-pub fn apply_restores(batch: &ForwardBatch<'_>, states: &mut RecurrentStatePool) {
-    for (&src, &dst) in batch.restore_slots.iter().zip(batch.state_slots) {
-        if src >= 0 {
-            states.copy_slot(src as usize, dst as usize);
-        }
-    }
-}
-
-/// The checkpoints inside rows `t0..t1` (one sequence): `(tokens of the chunk processed,
-/// slot)`, ascending.
-pub fn checkpoints_in(batch: &ForwardBatch<'_>, t0: usize, t1: usize) -> Vec<(usize, usize)> {
-    batch
-        .checkpoint_rows
-        .iter()
-        .zip(batch.checkpoint_slots)
-        .filter(|(&r, _)| (t0..t1).contains(&(r as usize)))
-        .map(|(&r, &s)| (r as usize + 1 - t0, s as usize))
-        .collect()
 }
