@@ -144,7 +144,7 @@ async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
                 tokio::task::yield_now().await;
             }
             RequestEvent::Finished { .. } => return Ok(out),
-            RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
+            RequestEvent::Error(e) => return Err(BenchError::Engine(e.to_string())),
         }
     }
     Err(BenchError::Engine("the engine stopped mid-request".into()))
@@ -164,7 +164,7 @@ fn time_first_token(mut s: RequestStream) -> Result<(f64, usize)> {
                 let secs = first.ok_or_else(|| BenchError::Engine("no token came back".into()))?;
                 return Ok((secs, cached_tokens));
             }
-            RequestEvent::Error(e) => return Err(BenchError::Engine(e)),
+            RequestEvent::Error(e) => return Err(BenchError::Engine(e.to_string())),
             RequestEvent::Delta { .. } => {}
         }
     }

@@ -161,7 +161,7 @@ fn parse_line(
         frequency_penalty: float("frequency_penalty")?.unwrap_or(0.0),
         repetition_penalty: float("repetition_penalty")?.unwrap_or(1.0),
         seed: uint("seed")?.or(d.seed),
-        stop,
+        stop: stop.into(),
         ignore_eos,
         ..SamplingParams::default()
     };
@@ -196,7 +196,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.prompt_ids, vec![1, 2, 3]);
         assert_eq!(r.params.max_tokens, 5);
-        assert_eq!(r.params.stop, vec!["x".to_string()]);
+        assert_eq!(&r.params.stop[..], ["x".to_string()]);
         assert_eq!(r.params.top_k, None);
         assert_eq!(r.params.seed, Some(3));
         assert_eq!(r.params.temperature, 0.0);

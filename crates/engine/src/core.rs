@@ -113,7 +113,7 @@ impl<'t> EngineCore<'t> {
         match self.try_add(id, req, tx.clone()) {
             Ok(()) => {}
             Err(e) => {
-                let _ = tx.send(RequestEvent::Error(e.to_string()));
+                let _ = tx.send(RequestEvent::Error(Arc::new(e)));
             }
         }
         self.publish_stats();
@@ -142,7 +142,7 @@ impl<'t> EngineCore<'t> {
                 tx,
                 sampler,
                 decoder: self.tokenizer.map(|t| t.incremental_decoder(true)),
-                stop: StopChecker::new(&p.stop),
+                stop: StopChecker::shared(p.stop.clone()),
                 want_logprobs: p.logprobs.is_some(),
                 prompt_tokens,
                 completion_tokens: 0,
@@ -182,7 +182,7 @@ impl<'t> EngineCore<'t> {
         let out = match self.scheduler.schedule() {
             Ok(out) => out,
             Err(e) => {
-                self.fail_all(&e.to_string());
+                self.fail_all(EngineError::Scheduler(e));
                 return;
             }
         };
@@ -234,9 +234,10 @@ impl<'t> EngineCore<'t> {
         let (arrays, outcomes) = match executed {
             Ok(r) => r,
             Err(e) => {
+                let err = Arc::new(e);
                 let ids: Vec<ReqId> = out.scheduled.iter().map(|s| s.req_id).collect();
                 for id in ids {
-                    self.fail(id, &format!("model step failed: {e}"));
+                    self.fail_shared(id, Arc::clone(&err));
                 }
                 let _ = self.scheduler.update_from_output(&out, &[]);
                 return;
@@ -263,8 +264,10 @@ impl<'t> EngineCore<'t> {
                     sampled.push((id, s.token));
                 }
                 Some(Err(e)) => {
-                    let msg = format!("sampling failed: {e}");
-                    self.fail(id, &msg);
+                    self.fail(
+                        id,
+                        EngineError::RequestFailed(format!("sampling failed: {e}")),
+                    );
                 }
                 None => {}
             }
@@ -272,7 +275,7 @@ impl<'t> EngineCore<'t> {
         let updates = match self.scheduler.update_from_output(&out, &sampled) {
             Ok(u) => u,
             Err(e) => {
-                self.fail_all(&e.to_string());
+                self.fail_all(EngineError::Scheduler(e));
                 return;
             }
         };
@@ -311,8 +314,10 @@ impl<'t> EngineCore<'t> {
             match decoder.push(t) {
                 Ok(delta) => text.push_str(&delta),
                 Err(e) => {
-                    let msg = format!("detokenization failed: {e}");
-                    self.fail(id, &msg);
+                    self.fail(
+                        id,
+                        EngineError::RequestFailed(format!("detokenization failed: {e}")),
+                    );
                     return;
                 }
             }
@@ -354,17 +359,22 @@ impl<'t> EngineCore<'t> {
         }
     }
 
-    fn fail(&mut self, id: ReqId, msg: &str) {
+    fn fail(&mut self, id: ReqId, err: EngineError) {
+        self.fail_shared(id, Arc::new(err));
+    }
+
+    fn fail_shared(&mut self, id: ReqId, err: Arc<EngineError>) {
         if let Some(live) = self.live.remove(&id) {
-            let _ = live.tx.send(RequestEvent::Error(msg.to_string()));
+            let _ = live.tx.send(RequestEvent::Error(err));
         }
         self.scheduler.abort(id);
     }
 
-    fn fail_all(&mut self, msg: &str) {
+    fn fail_all(&mut self, err: EngineError) {
+        let err = Arc::new(err);
         let ids: Vec<ReqId> = self.live.keys().copied().collect();
         for id in ids {
-            self.fail(id, msg);
+            self.fail_shared(id, Arc::clone(&err));
         }
     }
 

@@ -20,8 +20,8 @@ use crate::core::{EngineCore, EngineStats};
 use crate::plans::PlanReport;
 use crate::runner::{ModelRunner, RunnerConfig};
 use crate::{
-    plan_states, EngineConfig, EngineError, GenerationRequest, RequestEvent, RequestStream,
-    StatePlan,
+    plan_states, ContextBound, EngineConfig, EngineError, GenerationRequest, RequestEvent,
+    RequestStream, StatePlan,
 };
 
 enum Command {
@@ -60,6 +60,17 @@ impl EngineInfo {
         self.states
             .map(|s| s.describe(self.max_num_seqs))
             .unwrap_or_default()
+    }
+
+    /// Longest prompt + completion one request can have, and what sets it: the model's context
+    /// or, when smaller, the whole KV cache (all blocks but the null block).
+    pub fn context_limit(&self) -> (usize, ContextBound) {
+        let pool_tokens = self.num_blocks.saturating_sub(1) * self.block_size;
+        if pool_tokens < self.max_model_len {
+            (pool_tokens, ContextBound::KvCache)
+        } else {
+            (self.max_model_len, ContextBound::ModelContext)
+        }
     }
 }
 
@@ -248,32 +259,26 @@ impl EngineHandle {
     pub fn submit(&self, req: GenerationRequest) -> Result<RequestStream, EngineError> {
         req.params.validate()?;
         if req.prompt_ids.is_empty() {
-            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+            return Err(EngineError::EmptyPrompt);
         }
-        if let Some(&id) = req
+        if let Some(&token) = req
             .prompt_ids
             .iter()
             .find(|&&id| id as usize >= self.info.vocab_size)
         {
-            return Err(EngineError::InvalidRequest(format!(
-                "token id {id} is outside the vocabulary of {} tokens",
-                self.info.vocab_size
-            )));
+            return Err(EngineError::TokenOutOfVocabulary {
+                token,
+                vocab_size: self.info.vocab_size,
+            });
         }
-        let total = req.prompt_ids.len() + req.params.max_tokens;
-        if total > self.info.max_model_len {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt ({} tokens) + max_tokens ({}) exceeds the maximum context length of {} tokens",
-                req.prompt_ids.len(),
-                req.params.max_tokens,
-                self.info.max_model_len
-            )));
-        }
-        let pool_tokens = self.info.num_blocks.saturating_sub(1) * self.info.block_size;
-        if total > pool_tokens {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt + max_tokens ({total} tokens) exceeds the whole KV cache of {pool_tokens} tokens"
-            )));
+        let (limit, bound) = self.info.context_limit();
+        if req.prompt_ids.len() + req.params.max_tokens > limit {
+            return Err(EngineError::ContextTooLong {
+                prompt_tokens: req.prompt_ids.len(),
+                max_tokens: req.params.max_tokens,
+                limit,
+                bound,
+            });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();

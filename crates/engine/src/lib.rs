@@ -22,7 +22,7 @@ pub use crate::core::EngineStats;
 pub use config::{
     kv_bytes_per_token, BackendKind, EngineConfig, KvCacheDtype, KvCacheSize, PlanMode,
 };
-pub use error::EngineError;
+pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};
 pub use plans::{decode_buckets, prefill_buckets, PlanReport};
 pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};

@@ -1,8 +1,12 @@
 //! What a client submits and what it receives back.
 
+use std::sync::Arc;
+
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::SamplingParams;
 use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::EngineError;
 
 /// A request as the engine takes it: token ids (already templated and tokenized by the caller)
 /// and sampling parameters.
@@ -22,7 +26,7 @@ pub struct TokenLogprob {
 }
 
 /// One message on a request's stream. A stream ends with exactly one `Finished` or `Error`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum RequestEvent {
     /// New tokens and the text they completed (text may be empty while a UTF-8 character or a
     /// possible stop string is held back).
@@ -39,7 +43,8 @@ pub enum RequestEvent {
         completion_tokens: usize,
         cached_tokens: usize,
     },
-    Error(String),
+    /// Why the request failed; one error shared by every request a failed step carried.
+    Error(Arc<EngineError>),
 }
 
 /// The receiving end of one request. Dropping it aborts the request.
@@ -77,7 +82,7 @@ impl RequestStream {
                     text.push_str(&t);
                     return Ok((ids, text, reason));
                 }
-                RequestEvent::Error(e) => return Err(e),
+                RequestEvent::Error(e) => return Err(e.to_string()),
             }
         }
         Err("the engine stopped before the request finished".into())

@@ -237,7 +237,7 @@ fn seeded_sampling_reproduces_across_batches_and_stop_strings_cut() {
         vec![req(
             &prompts[5],
             SamplingParams {
-                stop: vec![stop_word.clone()],
+                stop: vec![stop_word.clone()].into(),
                 ..greedy(30)
             },
         )],

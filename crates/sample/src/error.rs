@@ -23,6 +23,12 @@ pub enum SamplingError {
         /// Position in the `stop` list.
         index: usize,
     },
+    /// More stop strings than a request may carry.
+    #[error("at most {max} `stop` strings are allowed, got {count}")]
+    TooManyStops { count: usize, max: usize },
+    /// The stop strings are longer, together, than a request may carry.
+    #[error("the `stop` strings may have at most {max} bytes together, got {bytes}")]
+    StopsTooLong { bytes: usize, max: usize },
 }
 
 impl SamplingError {
@@ -30,7 +36,9 @@ impl SamplingError {
     pub fn field(&self) -> &'static str {
         match self {
             SamplingError::OutOfRange { field, .. } => field,
-            SamplingError::EmptyStop { .. } => "stop",
+            SamplingError::EmptyStop { .. }
+            | SamplingError::TooManyStops { .. }
+            | SamplingError::StopsTooLong { .. } => "stop",
         }
     }
 }

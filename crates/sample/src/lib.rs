@@ -21,6 +21,7 @@ pub mod plan_op;
 mod rng;
 mod sampler;
 mod stop;
+mod stop_strings;
 mod truncate;
 
 pub use error::{SampleError, SamplingError};
@@ -29,3 +30,4 @@ pub use params::{SamplingParams, GREEDY_EPSILON, MAX_LOGPROBS, MAX_N, MAX_TEMPER
 pub use rng::Rng;
 pub use sampler::{Sampled, Sampler};
 pub use stop::{StopChecker, StopOutcome};
+pub use stop_strings::{StopStrings, MAX_STOP_BYTES, MAX_STOP_STRINGS};

@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::SamplingError;
+use crate::stop_strings::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
+use crate::{SamplingError, StopStrings};
 
 /// Temperatures below this are treated as greedy (argmax), like vLLM: dividing by a tinier one
 /// only amplifies rounding noise.
@@ -49,8 +50,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Most tokens to generate; at least 1.
     pub max_tokens: usize,
-    /// Stop strings: the output text ends right before the first one that appears.
-    pub stop: Vec<String>,
+    /// Stop strings: the output text ends right before the first one that appears. At most
+    /// [`MAX_STOP_STRINGS`] strings of [`MAX_STOP_BYTES`] together; shared, not copied, by
+    /// clones (a request's `n` choices).
+    pub stop: StopStrings,
     /// Token ids that end the request (in addition to the model's end-of-sequence tokens).
     pub stop_token_ids: Vec<u32>,
     /// Keep generating after the model's end-of-sequence tokens (stop token ids still stop).
@@ -74,7 +77,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             seed: None,
             max_tokens: 16,
-            stop: Vec::new(),
+            stop: StopStrings::default(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             logprobs: None,
@@ -145,6 +148,19 @@ impl SamplingParams {
         }
         if !(1..=MAX_N).contains(&self.n) {
             return Err(out("n", self.n, "in [1, 128]"));
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return Err(SamplingError::TooManyStops {
+                count: self.stop.len(),
+                max: MAX_STOP_STRINGS,
+            });
+        }
+        let bytes = self.stop.total_bytes();
+        if bytes > MAX_STOP_BYTES {
+            return Err(SamplingError::StopsTooLong {
+                bytes,
+                max: MAX_STOP_BYTES,
+            });
         }
         if let Some(index) = self.stop.iter().position(|s| s.is_empty()) {
             return Err(SamplingError::EmptyStop { index });
@@ -285,7 +301,21 @@ mod tests {
             (SamplingParams { n: 129, ..d() }, "n"),
             (
                 SamplingParams {
-                    stop: vec!["a".into(), String::new()],
+                    stop: vec!["a".into(), String::new()].into(),
+                    ..d()
+                },
+                "stop",
+            ),
+            (
+                SamplingParams {
+                    stop: vec!["x".to_string(); MAX_STOP_STRINGS + 1].into(),
+                    ..d()
+                },
+                "stop",
+            ),
+            (
+                SamplingParams {
+                    stop: vec!["x".repeat(MAX_STOP_BYTES / 2 + 1); 2].into(),
                     ..d()
                 },
                 "stop",

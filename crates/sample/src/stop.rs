@@ -19,10 +19,12 @@ pub struct StopOutcome {
     pub stopped: Option<usize>,
 }
 
+use crate::StopStrings;
+
 /// Incremental stop-string matcher for one request.
 #[derive(Clone, Debug)]
 pub struct StopChecker {
-    stops: Vec<String>,
+    stops: StopStrings,
     /// Text received but not emitted: a proper prefix of some stop string.
     held: String,
     /// Bytes of the longest stop string.
@@ -35,6 +37,11 @@ impl StopChecker {
     /// indices always refer to the list given here).
     pub fn new<S: AsRef<str>>(stops: &[S]) -> Self {
         let stops: Vec<String> = stops.iter().map(|s| s.as_ref().to_owned()).collect();
+        Self::shared(stops.into())
+    }
+
+    /// A checker over a shared list (a request's choices each hold one, none copies the list).
+    pub fn shared(stops: StopStrings) -> Self {
         let max_len = stops.iter().map(String::len).max().unwrap_or(0);
         StopChecker {
             stops,

@@ -4,6 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oxllm_engine::EngineError;
+use oxllm_sched::SchedError;
 use serde_json::json;
 
 /// An error answered to the client in OpenAI's shape.
@@ -90,17 +91,30 @@ impl ApiError {
         }})
     }
 
-    /// Maps an engine rejection: invalid requests and parameters are the client's (400), a
-    /// stopped engine is ours (503), anything else is a 500.
-    pub fn from_engine(e: EngineError) -> Self {
+    /// Maps an engine error by its variant: a request that can never run is the client's (400;
+    /// `prompt_param` names the prompt's field, `prompt` or `messages`), a stopped engine is
+    /// ours for now (503), anything else is a bug (500).
+    pub fn from_engine(e: &EngineError, prompt_param: &'static str) -> Self {
         match e {
             EngineError::Sampling(s) => Self::invalid_param(s.field(), s.to_string()),
-            EngineError::InvalidRequest(m) => Self::bad_request(m),
+            EngineError::EmptyPrompt | EngineError::TokenOutOfVocabulary { .. } => {
+                Self::invalid_param(prompt_param, e.to_string())
+            }
+            EngineError::ContextTooLong { .. } => Self::invalid_param(prompt_param, e.to_string())
+                .with_code("context_length_exceeded"),
+            EngineError::Scheduler(
+                SchedError::EmptyPrompt(_)
+                | SchedError::ExceedsMaxModelLen { .. }
+                | SchedError::ExceedsKvCache { .. },
+            ) => Self::invalid_param(prompt_param, e.to_string()),
             EngineError::Stopped => ApiError {
                 retry_after: None,
                 ..Self::overloaded("the engine has stopped")
             },
-            other => Self::internal(other.to_string()),
+            EngineError::Scheduler(_)
+            | EngineError::Model(_)
+            | EngineError::RequestFailed(_)
+            | EngineError::Config(_) => Self::internal(e.to_string()),
         }
     }
 }

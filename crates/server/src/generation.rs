@@ -23,14 +23,18 @@ pub struct Run {
     pub len: usize,
     /// Samples per prompt.
     pub n: usize,
+    /// The request field holding the prompt (`prompt` or `messages`), for engine errors.
+    pub prompt_param: &'static str,
     _guard: AdmitGuard,
 }
 
-/// Submits `n` samples (`params.n`) for each prompt; `params[p]` belongs to `prompts[p]`.
+/// Submits `n` samples (`params.n`) for each prompt; `params[p]` belongs to `prompts[p]`, which
+/// came from the request field `prompt_param`.
 pub fn submit(
     state: &AppState,
     prompts: &[Vec<u32>],
     params: &[SamplingParams],
+    prompt_param: &'static str,
 ) -> Result<Run, ApiError> {
     let n = params.first().map_or(1, |p| p.n);
     let guard = state.admit(prompts.len() * n)?;
@@ -42,14 +46,10 @@ pub fn submit(
                 params: params.clone(),
                 choice: j,
             };
-            let stream = state.engine().submit(req).map_err(|e| {
-                let e = ApiError::from_engine(e);
-                if e.message.contains("token id") {
-                    e.with_param("prompt")
-                } else {
-                    e
-                }
-            })?;
+            let stream = state
+                .engine()
+                .submit(req)
+                .map_err(|e| ApiError::from_engine(&e, prompt_param))?;
             events.push(tracked(state.clone(), p * n + j, stream));
         }
     }
@@ -57,6 +57,7 @@ pub fn submit(
         events,
         len: prompts.len() * n,
         n,
+        prompt_param,
         _guard: guard,
     })
 }
@@ -161,7 +162,7 @@ pub struct Collected {
     pub cached_tokens: usize,
 }
 
-/// Waits for every choice; an engine error becomes a 500.
+/// Waits for every choice; an engine error is answered by its variant.
 pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
     let mut out = vec![Collected::default(); run.len];
     while let Some((i, ev)) = run.next().await {
@@ -189,7 +190,7 @@ pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
                 c.completion_tokens = completion_tokens;
                 c.cached_tokens = cached_tokens;
             }
-            RequestEvent::Error(e) => return Err(ApiError::internal(e)),
+            RequestEvent::Error(e) => return Err(ApiError::from_engine(&e, run.prompt_param)),
         }
     }
     if let Some(i) = out.iter().position(|c| c.finish_reason.is_empty()) {

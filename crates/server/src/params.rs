@@ -1,6 +1,7 @@
 //! Request fields → [`SamplingParams`]: type-level parsing is serde's, ranges are checked here
 //! and by [`SamplingParams::validate`], and every error is a 400 naming the field.
 
+use oxllm_engine::ContextBound;
 use oxllm_sample::SamplingParams;
 
 use crate::error::ApiError;
@@ -81,7 +82,11 @@ pub fn parse(
         // OpenAI seeds are signed 64-bit integers; keep every bit.
         seed: f.seed.map(|s| s as u64),
         max_tokens: max_tokens.unwrap_or(d.max_tokens),
-        stop: f.stop.clone().map(|s| s.into_vec()).unwrap_or_default(),
+        stop: f
+            .stop
+            .clone()
+            .map(|s| s.into_vec().into())
+            .unwrap_or_default(),
         stop_token_ids: f.stop_token_ids.clone().unwrap_or_default(),
         ignore_eos: f.ignore_eos.unwrap_or(false),
         logprobs,
@@ -103,15 +108,43 @@ pub fn parse(
     })
 }
 
+/// How long one request can be on this server.
+#[derive(Clone, Copy, Debug)]
+pub struct ContextLimit {
+    /// Most prompt + completion tokens.
+    pub limit: usize,
+    /// What sets `limit`: the model's context, or a KV cache smaller than it.
+    pub bound: ContextBound,
+    /// The model's own maximum context length.
+    pub model_len: usize,
+}
+
+impl ContextLimit {
+    /// The sentence a client reads first: OpenAI's wording when the model's context is the
+    /// limit, the KV cache's size (and the model's context beside it) when the cache is.
+    fn describe(&self) -> String {
+        match self.bound {
+            ContextBound::ModelContext => {
+                format!("This model's maximum context length is {} tokens.", self.limit)
+            }
+            ContextBound::KvCache => format!(
+                "This server's KV cache holds at most {} tokens for one request (the model's maximum context length is {} tokens; start the server with a larger --kv-cache to allow more).",
+                self.limit, self.model_len
+            ),
+        }
+    }
+}
+
 /// Sets `max_tokens` for a prompt of `prompt_len` tokens: the value sent, else `default`
-/// (`None`: all the room left), and checks prompt + completion against `limit`.
+/// (`None`: all the room left), and checks prompt + completion against `ctx`.
 pub fn fit_to_context(
     parsed: &Parsed,
     prompt_len: usize,
     default: Option<usize>,
-    limit: usize,
+    ctx: &ContextLimit,
     prompt_param: &'static str,
 ) -> Result<SamplingParams, ApiError> {
+    let limit = ctx.limit;
     let room = limit.saturating_sub(prompt_len);
     let max_tokens = parsed
         .max_tokens
@@ -127,7 +160,8 @@ pub fn fit_to_context(
         return Err(ApiError::invalid_param(
             param,
             format!(
-                "This model's maximum context length is {limit} tokens. However, you requested {} tokens ({prompt_len} in the {prompt_param}, {max_tokens} in the completion). Please reduce the length of the {prompt_param} or completion.",
+                "{} However, you requested {} tokens ({prompt_len} in the {prompt_param}, {max_tokens} in the completion). Please reduce the length of the {prompt_param} or completion.",
+                ctx.describe(),
                 prompt_len + max_tokens
             ),
         )
@@ -180,31 +214,54 @@ mod tests {
         .unwrap();
         assert_eq!(p.params.top_k, None);
         assert_eq!(p.params.seed, Some((-5i64) as u64));
-        assert_eq!(p.params.stop, vec!["x".to_string()]);
+        assert_eq!(&p.params.stop[..], ["x".to_string()]);
         assert_eq!(p.params.max_tokens, 7);
         assert!(p.stream && p.include_usage);
+    }
+
+    fn ctx(limit: usize) -> ContextLimit {
+        ContextLimit {
+            limit,
+            bound: ContextBound::ModelContext,
+            model_len: limit,
+        }
     }
 
     #[test]
     fn context_fitting() {
         let p = parse(&fields("{}"), None, "max_tokens", None).unwrap();
         assert_eq!(
-            fit_to_context(&p, 10, None, 100, "messages")
+            fit_to_context(&p, 10, None, &ctx(100), "messages")
                 .unwrap()
                 .max_tokens,
             90
         );
         assert_eq!(
-            fit_to_context(&p, 10, Some(16), 100, "prompt")
+            fit_to_context(&p, 10, Some(16), &ctx(100), "prompt")
                 .unwrap()
                 .max_tokens,
             16
         );
-        let e = fit_to_context(&p, 100, None, 100, "messages").unwrap_err();
+        let e = fit_to_context(&p, 100, None, &ctx(100), "messages").unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"));
         let p = parse(&fields("{}"), Some(50), "max_tokens", None).unwrap();
-        let e = fit_to_context(&p, 60, None, 100, "prompt").unwrap_err();
+        let e = fit_to_context(&p, 60, None, &ctx(100), "prompt").unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
         assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(e
+            .message
+            .starts_with("This model's maximum context length is 100 tokens."));
+        let pool = ContextLimit {
+            limit: 672,
+            bound: ContextBound::KvCache,
+            model_len: 8192,
+        };
+        let e = fit_to_context(&p, 700, None, &pool, "prompt").unwrap_err();
+        assert!(
+            e.message.contains("KV cache holds at most 672")
+                && e.message.contains("maximum context length is 8192"),
+            "{}",
+            e.message
+        );
     }
 }

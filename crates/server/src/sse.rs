@@ -56,8 +56,10 @@ pub fn respond<W: ChunkWriter>(run: Run, mut writer: W) -> Response {
             };
             match next {
                 Some((_, RequestEvent::Error(e))) => {
+                    let param = st.run.as_ref().map_or("prompt", |r| r.prompt_param);
                     st.run = None;
-                    st.queue.push_back(ApiError::internal(e).body().to_string());
+                    st.queue
+                        .push_back(ApiError::from_engine(&e, param).body().to_string());
                     st.queue.push_back("[DONE]".into());
                     st.done = true;
                 }

@@ -11,6 +11,7 @@ use crate::admission::{Admission, AdmitGuard};
 use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::params::ContextLimit;
 
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
@@ -118,13 +119,34 @@ impl AppState {
 
     /// Longest prompt + completion a request can have: the context or the whole KV pool.
     pub fn context_limit(&self) -> usize {
-        let info = self.0.engine.info();
-        info.max_model_len
-            .min(info.num_blocks.saturating_sub(1) * info.block_size)
+        self.context().limit
     }
 
-    /// Admits `n` engine requests or answers 503.
+    /// The context limit, what sets it, and the model's own context length.
+    pub fn context(&self) -> ContextLimit {
+        let info = self.0.engine.info();
+        let (limit, bound) = info.context_limit();
+        ContextLimit {
+            limit,
+            bound,
+            model_len: info.max_model_len,
+        }
+    }
+
+    /// Admits `n` engine requests or answers 503 (busy now, retry) or 400 naming `n` (more
+    /// choices than this server holds running and waiting together: no retry would succeed).
     pub fn admit(&self, n: usize) -> Result<AdmitGuard, ApiError> {
+        let capacity = self.0.engine.info().max_num_seqs + self.0.config.max_waiting;
+        if n > capacity {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!(
+                    "this request needs {n} sequences (prompts × n) but this server holds at most {capacity} at once ({} running + {} waiting)",
+                    self.0.engine.info().max_num_seqs,
+                    self.0.config.max_waiting
+                ),
+            ));
+        }
         let stats = self.0.engine.stats();
         self.0.admission.try_admit(
             n,

@@ -122,7 +122,12 @@ fn classify(e: Error) -> ChatTemplateError {
         .find_map(|e| e.detail().and_then(|d| d.strip_prefix(RAISED)));
     match raised {
         Some(msg) => ChatTemplateError::Raised(msg.to_string()),
-        None => ChatTemplateError::Render(e.to_string()),
+        // The kind and detail only: `Display` would add the template's internal name and line
+        // ("in chat_template:4"), which mean nothing to a client.
+        None => ChatTemplateError::Render(match e.detail() {
+            Some(detail) => format!("{}: {detail}", e.kind()),
+            None => e.kind().to_string(),
+        }),
     }
 }
 

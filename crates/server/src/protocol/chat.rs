@@ -25,6 +25,11 @@ request_with_sampling! {
     }
 }
 
+impl crate::json::RequestBody for ChatRequest {
+    const FIELDS: &'static [&'static str] = Self::FIELD_NAMES;
+    const REQUIRED: &'static [&'static str] = &["messages"];
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TopLogprob {
     pub token: String,

@@ -4,8 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// `stop`: one string or a list.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug)]
 pub enum StopInput {
     One(String),
     Many(Vec<String>),
@@ -20,8 +19,30 @@ impl StopInput {
     }
 }
 
+impl<'de> Deserialize<'de> for StopInput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(StopInput::One(s)),
+            Value::Array(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s),
+                    _ => Err(serde::de::Error::custom(
+                        "`stop` must be a string or a list of strings",
+                    )),
+                })
+                .collect::<Result<_, _>>()
+                .map(StopInput::Many),
+            _ => Err(serde::de::Error::custom(
+                "`stop` must be a string or a list of strings",
+            )),
+        }
+    }
+}
+
 /// `stream_options`.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: Option<bool>,
@@ -75,12 +96,18 @@ macro_rules! request_with_sampling {
             pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
             pub stream: Option<bool>,
             pub stream_options: Option<$crate::protocol::common::StreamOptions>,
-            /// Accepted and ignored, whatever its type.
-            pub user: Option<serde_json::Value>,
             $($(#[$fm])* pub $f: $t,)*
         }
 
         impl $name {
+            /// Every top-level field, for [`crate::json::RequestBody::FIELDS`].
+            pub const FIELD_NAMES: &'static [&'static str] = &[
+                "model", "n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+                "stop", "stop_token_ids", "presence_penalty", "frequency_penalty",
+                "repetition_penalty", "ignore_eos", "logit_bias", "stream", "stream_options",
+                $(stringify!($f),)*
+            ];
+
             pub fn sampling(&self) -> $crate::protocol::common::SamplingFields {
                 $crate::protocol::common::SamplingFields {
                     model: self.model.clone(),

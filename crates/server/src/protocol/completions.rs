@@ -1,17 +1,59 @@
 //! `POST /v1/completions` bodies.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::common::{request_with_sampling, Usage};
 
 /// `prompt`: text, token ids, or a list of either (one entry per prompt).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug)]
 pub enum PromptInput {
     Text(String),
     Ids(Vec<u32>),
     Texts(Vec<String>),
     IdLists(Vec<Vec<u32>>),
+}
+
+const PROMPT_SHAPES: &str =
+    "`prompt` must be a string, a list of strings, a list of token ids, or a list of lists of token ids";
+
+fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
+    items
+        .iter()
+        .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
+        .collect()
+}
+
+impl<'de> Deserialize<'de> for PromptInput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let shape = || serde::de::Error::custom(PROMPT_SHAPES);
+        let items = match Value::deserialize(d)? {
+            Value::String(s) => return Ok(PromptInput::Text(s)),
+            Value::Array(items) => items,
+            _ => return Err(shape()),
+        };
+        match items.first() {
+            None => Ok(PromptInput::Texts(Vec::new())),
+            Some(Value::String(_)) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s),
+                    _ => Err(shape()),
+                })
+                .collect::<Result<_, _>>()
+                .map(PromptInput::Texts),
+            Some(Value::Array(_)) => items
+                .iter()
+                .map(|v| {
+                    v.as_array()
+                        .and_then(|ids| token_ids(ids))
+                        .ok_or_else(shape)
+                })
+                .collect::<Result<_, _>>()
+                .map(PromptInput::IdLists),
+            Some(_) => token_ids(&items).map(PromptInput::Ids).ok_or_else(shape),
+        }
+    }
 }
 
 request_with_sampling! {
@@ -22,6 +64,11 @@ request_with_sampling! {
         pub best_of: Option<i64>,
         pub suffix: Option<String>,
     }
+}
+
+impl crate::json::RequestBody for CompletionRequest {
+    const FIELDS: &'static [&'static str] = Self::FIELD_NAMES;
+    const REQUIRED: &'static [&'static str] = &["prompt"];
 }
 
 /// The completions `logprobs` object (parallel lists, one entry per token).

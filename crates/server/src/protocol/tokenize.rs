@@ -20,6 +20,20 @@ pub struct TokenizeRequest {
     pub return_token_strs: Option<bool>,
 }
 
+impl crate::json::RequestBody for TokenizeRequest {
+    const FIELDS: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "messages",
+        "add_special_tokens",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "tools",
+        "return_token_strs",
+    ];
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct TokenizeResponse {
     pub count: usize,
@@ -32,6 +46,11 @@ pub struct TokenizeResponse {
 pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
+}
+
+impl crate::json::RequestBody for DetokenizeRequest {
+    const FIELDS: &'static [&'static str] = &["model", "tokens"];
+    const REQUIRED: &'static [&'static str] = &["tokens"];
 }
 
 #[derive(Clone, Debug, Serialize)]

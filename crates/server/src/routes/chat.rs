@@ -85,8 +85,8 @@ pub async fn chat_completions(
             "the rendered prompt is empty",
         ));
     }
-    let params = fit_to_context(&parsed, ids.len(), None, state.context_limit(), "messages")?;
-    let run = generation::submit(&state, &[ids], &[params])?;
+    let params = fit_to_context(&parsed, ids.len(), None, &state.context(), "messages")?;
+    let run = generation::submit(&state, &[ids], &[params], "messages")?;
     let header = Header {
         id: new_id("chatcmpl-"),
         created: unix_now(),

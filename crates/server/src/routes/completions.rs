@@ -67,7 +67,7 @@ pub async fn completions(
             ),
         ));
     }
-    let limit = state.context_limit();
+    let ctx = state.context();
     let mut per_prompt = Vec::with_capacity(prompts.len());
     for p in &prompts {
         if p.ids.is_empty() {
@@ -77,7 +77,7 @@ pub async fn completions(
             &parsed,
             p.ids.len(),
             Some(DEFAULT_MAX_TOKENS),
-            limit,
+            &ctx,
             "prompt",
         )?);
     }
@@ -85,7 +85,7 @@ pub async fn completions(
         prompts = with_echo_text(&state, prompts).await?;
     }
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-    let run = generation::submit(&state, &ids, &per_prompt)?;
+    let run = generation::submit(&state, &ids, &per_prompt, "prompt")?;
     let echoes: Vec<String> = prompts
         .into_iter()
         .map(|p| {

@@ -7,7 +7,9 @@ mod api;
 mod client;
 mod errors;
 mod harness;
+mod limits;
 mod load;
+mod strict;
 
 use serde_json::Value;
 
