@@ -3,12 +3,15 @@
 //! (`matmul_pairwise`), 2 threads; then each tile kernel variant the CPU has (AVX2, AVX-VNNI,
 //! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512; then the f32-activation output head
 //! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512; and
-//! the weight panels against the same weights row-major at m = 1 and 16. Run:
+//! the weight panels against the same weights row-major at m = 1 and 16; and each panel kernel
+//! family the CPU has (AVX2, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
+//! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16. Run:
 //! `cargo bench -p oxllm-kernels --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use oxllm_kernels::matmul::{
-    matmul, matmul_pairwise, matmul_tiled_with, quantize_acts, QMatrix, TileKernel,
+    matmul, matmul_pairwise, matmul_panels_with, matmul_tiled_with, quantize_acts, PanelKernel,
+    QMatrix, TileKernel,
 };
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_kernels::quant::DType;
@@ -97,7 +100,7 @@ fn bench_tile_kernels(c: &mut Criterion) {
     g.finish();
 }
 
-/// The weight-panel layout (16 rows interleaved, AVX512-VNNI) against the same weights
+/// The weight-panel layout (16 rows interleaved, the best panel kernel) against the same weights
 /// row-major on the best tile kernel, through `matmul`, at m = 1 and 16 (decode).
 fn bench_panels(c: &mut Criterion) {
     let pool = ThreadPool::new(2);
@@ -110,7 +113,7 @@ fn bench_panels(c: &mut Criterion) {
         let rows = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, true);
         let panels = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, false);
         if !panels.is_panels() {
-            eprintln!("panels: this CPU has no AVX512-VNNI (or OXLLM_MATMUL_PANELS=0)");
+            eprintln!("panels: this CPU has no panel kernel (or OXLLM_MATMUL_PANELS=0)");
             return;
         }
         for m in [1usize, 16] {
@@ -122,6 +125,75 @@ fn bench_panels(c: &mut Criterion) {
                     b.iter(|| matmul(&pool, w, &acts, &mut out).unwrap())
                 });
             }
+        }
+    }
+    g.finish();
+}
+
+/// Random weights of `dtype` (Q4_1 or Q8_0) with small scales, as raw row-major blocks.
+fn weight_bytes(rng: &mut Lcg, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let len = dtype.row_bytes(cols).unwrap() * rows;
+    let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for blk in b.chunks_exact_mut(dtype.type_size()) {
+        blk[0..2].copy_from_slice(&scale);
+        if dtype == DType::Q4_1 {
+            blk[2..4].copy_from_slice(&scale);
+        }
+    }
+    b
+}
+
+/// Each panel kernel family this CPU runs against the AVX2 row tiles on the same weights, at
+/// m = 1 (decode), 16 (batch-16 decode) and 128 (prefill), on SmolLM2's layer shapes; and the
+/// wide output head (Q8_0 against f32 activations) per family at m = 1 and 16.
+fn bench_panel_kernels(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(17);
+    let mut g = c.benchmark_group("panel_kernels");
+    g.warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(10);
+    let families = [PanelKernel::Avx2, PanelKernel::Avx512Vnni];
+    for dtype in [DType::Q4_1, DType::Q8_0] {
+        for (n, k) in [(1536, 576), (576, 1536)] {
+            let b = weight_bytes(&mut rng, dtype, n, k);
+            let rows = QMatrix::new_row_major(dtype, n, k, b.clone()).unwrap();
+            let panels = QMatrix::new(dtype, n, k, b).unwrap();
+            if !panels.is_panels() {
+                eprintln!("panels: none on this CPU (or OXLLM_MATMUL_PANELS=0)");
+                return;
+            }
+            for m in [1usize, 16, 128] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+                let acts = quantize_acts(&pool, &x, m, k, rows.activation_dtype()).unwrap();
+                let mut out = vec![0f32; m * n];
+                let id = format!("{dtype}/{n}x{k}_m{m}");
+                g.bench_function(format!("rows_avx2/{id}"), |b| {
+                    b.iter(|| {
+                        matmul_tiled_with(TileKernel::Avx2, &pool, &rows, &acts, &mut out).unwrap()
+                    })
+                });
+                for f in families.into_iter().filter(|f| f.available()) {
+                    g.bench_function(format!("panels_{f:?}/{id}"), |b| {
+                        b.iter(|| matmul_panels_with(f, &pool, &panels, &acts, &mut out).unwrap())
+                    });
+                }
+            }
+        }
+    }
+    let (n, k) = (49152, 576);
+    let head = QMatrix::new(DType::Q8_0, n, k, weight_bytes(&mut rng, DType::Q8_0, n, k))
+        .unwrap()
+        .with_f32_activations();
+    for m in [1usize, 16] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+        let acts = quantize_acts(&pool, &x, m, k, DType::F32).unwrap();
+        let mut out = vec![0f32; m * n];
+        for f in families.into_iter().filter(|f| f.available()) {
+            g.bench_function(format!("head_{f:?}/{n}x{k}_m{m}"), |b| {
+                b.iter(|| matmul_panels_with(f, &pool, &head, &acts, &mut out).unwrap())
+            });
         }
     }
     g.finish();
@@ -160,6 +232,7 @@ criterion_group!(
     bench,
     bench_tile_kernels,
     bench_panels,
-    bench_output_head
+    bench_output_head,
+    bench_panel_kernels
 );
 criterion_main!(benches);

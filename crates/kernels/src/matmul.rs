@@ -18,10 +18,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::QuantError;
 
+// Defined before the kernel modules, which use it (macros are scoped by text order).
+/// Expands `$body` once for each row `$c` in `0..$n` (at most 16), `$c` a literal: per-row
+/// values are then addressed at constant offsets and the accumulators stay in registers (as a
+/// loop over rows, they lived on the stack: a load and a store per row and block).
+macro_rules! each_row {
+    ($n:expr, $c:ident => $body:block) => {
+        each_row!(@ $n, $c, $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $n:expr, $c:ident, $body:block; $($i:literal)*) => {
+        $( if $i < $n { let $c: usize = $i; $body } )*
+    };
+}
+
 mod acts;
 mod matrix;
 mod pairwise;
 mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx512;
 #[cfg(target_arch = "x86_64")]
@@ -35,6 +50,7 @@ mod tiled;
 
 pub use acts::{quantize_acts, quantize_acts_into, QuantizedActs};
 pub use matrix::{MatrixError, QMatrix};
+pub use panel::PanelKernel;
 pub use reference::{matmul_reference, quantize_acts_reference};
 pub use tiled::{matmul_tiled_with, TileKernel};
 
@@ -133,6 +149,27 @@ pub fn matmul_pairwise(
     Ok(())
 }
 
+/// [`matmul`] of a matrix stored as panels, forced onto one panel kernel family (benches,
+/// tests). Err where the CPU lacks the family or the matrix is not stored as panels.
+#[doc(hidden)]
+pub fn matmul_panels_with(
+    kernel: PanelKernel,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    check_shapes(w, acts, out);
+    #[cfg(target_arch = "x86_64")]
+    if let (true, Some(f)) = (kernel.available(), w.panels) {
+        let plan = Plan::Panel(panel_run::panel_plan(pool, *f, w, acts, kernel));
+        execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
+        return Ok(());
+    }
+    let _ = (kernel, pool);
+    Err(QuantError::Unsupported(w.dtype))
+}
+
 /// How one product's tiles run.
 enum Plan<'a> {
     #[cfg(target_arch = "x86_64")]
@@ -149,8 +186,8 @@ fn plan<'a>(
     force_pairwise: bool,
 ) -> Result<Plan<'a>, QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if let (false, Some(f)) = (force_pairwise, w.panels) {
-        return Ok(Plan::Panel(panel_run::panel_plan(pool, *f, w, acts)));
+    if let (false, Some(f), Some(k)) = (force_pairwise, w.panels, PanelKernel::best()) {
+        return Ok(Plan::Panel(panel_run::panel_plan(pool, *f, w, acts, k)));
     }
     #[cfg(target_arch = "x86_64")]
     if !force_pairwise && !w.f32_activations && w.panels.is_none() {

@@ -114,7 +114,9 @@ mod avx512 {
     const BLOCK_BYTES: usize = 34;
 
     pub(super) fn available() -> bool {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq")
+        crate::quant::avx512_allowed()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512dq")
     }
 
     pub(super) fn q8_0_rows2(

@@ -448,7 +448,9 @@ const MAX_DIRECT_HEADS: usize = 3;
 /// with the 32 registers of AVX-512VL so that each half-float key or value chunk is
 /// converted once for every head of its group.
 fn direct_available() -> bool {
-    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+    crate::quant::avx512_allowed()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
 }
 
 /// Scores of the group's heads (`qs`, at most [`MAX_DIRECT_HEADS`]) against keys `p0..pe` of KV

@@ -5,8 +5,6 @@
 use oxllm_core::DType;
 
 use super::panel;
-#[cfg(target_arch = "x86_64")]
-use super::panel_avx512;
 use crate::quant::{self, QuantError};
 
 /// A 2-D weight matrix `[rows = out features, cols = in features]` in its storage format.
@@ -28,14 +26,8 @@ pub struct QMatrix {
 fn panels_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::env::var("OXLLM_MATMUL_PANELS").map_or(true, |v| v != "0")
-                && quant::detected_isa() == quant::Isa::Avx2
-                && panel_avx512::available()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+        std::env::var("OXLLM_MATMUL_PANELS").map_or(true, |v| v != "0")
+            && panel::PanelKernel::best().is_some()
     })
 }
 
@@ -127,7 +119,7 @@ impl QMatrix {
     /// Q8_0 is repacked into wide panels where the CPU runs the panel kernels: activations
     /// are then rounded to 16 bits per 32-value block (relative error about 1.5e-5 of the
     /// block's largest value, 256 times finer than the 8-bit path) and the products run as
-    /// integer `vpdpwssd`.
+    /// exact integer pair products (`vpdpwssd`, or `vpmaddwd` on AVX2).
     pub fn with_f32_activations(self) -> Self {
         let mut m = self.into_row_major();
         m.f32_activations = true;

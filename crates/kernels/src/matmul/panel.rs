@@ -25,8 +25,49 @@ use oxllm_core::DType;
 
 use crate::quant::QK;
 
-/// Weight rows per panel (lanes of one zmm of f32).
+/// Weight rows per panel (lanes of one zmm of f32, of two ymm).
 pub(crate) const P: usize = 16;
+
+/// The kernel families that run panels; all give the reference's bits (tested), so a matrix
+/// packed once runs on either. Public only so benches and tests can compare them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanelKernel {
+    /// Half panels in ymm registers: `vpmaddubsw` + `vpmaddwd` (AVX2+FMA+F16C).
+    Avx2,
+    /// Pairs of panels in zmm registers: `vpdpbusd` / `vpdpwssd` (AVX512-VNNI).
+    Avx512Vnni,
+}
+
+impl PanelKernel {
+    /// Whether this CPU can run the family.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            crate::quant::detected_isa() == crate::quant::Isa::Avx2
+                && match self {
+                    PanelKernel::Avx2 => true,
+                    PanelKernel::Avx512Vnni => super::panel_avx512::available(),
+                }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+
+    /// The family `matmul` runs panels with on this CPU, or `None` where there is none (then
+    /// matrices stay row-major).
+    pub fn best() -> Option<PanelKernel> {
+        static BEST: std::sync::OnceLock<Option<PanelKernel>> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            [PanelKernel::Avx512Vnni, PanelKernel::Avx2]
+                .into_iter()
+                .find(|k| k.available())
+        })
+    }
+}
 
 /// The panel form of one weight format (with its activation partner: Q8_1 for Q4_1, Q8_0
 /// otherwise).
@@ -455,22 +496,34 @@ mod tests {
         }
     }
 
-    /// The AVX512-VNNI kernels (through `matmul` on a packed matrix) give the reference's bits
-    /// for every output: each format; 1 to 40 activation rows (panel pairs up to 4 rows, single
-    /// panels above, whole and partial chunks, a prefill-sized batch); panel counts odd and
-    /// even, with a partial last panel.
-    #[cfg(target_arch = "x86_64")]
+    /// The AVX512-VNNI kernels give the reference's bits for every output (see
+    /// [`assert_kernel_matches_reference`]).
     #[test]
     fn avx512_kernel_is_bit_identical_to_the_reference() {
-        use crate::matmul::{matmul, quantize_acts, QMatrix};
-        if !(super::super::panel_avx512::available() && quant::detected_isa() == quant::Isa::Avx2) {
-            eprintln!("no AVX512-VNNI: nothing to compare");
+        assert_kernel_matches_reference(PanelKernel::Avx512Vnni);
+    }
+
+    /// The AVX2 kernels give the reference's bits for every output, hence the AVX512-VNNI
+    /// kernels' bits too.
+    #[test]
+    fn avx2_kernel_is_bit_identical_to_the_reference() {
+        assert_kernel_matches_reference(PanelKernel::Avx2);
+    }
+
+    /// `kernel` (through `matmul_panels_with` on a packed matrix) gives the reference's bits
+    /// for every output: each format; 1 to 40 activation rows (every rows-per-call remainder,
+    /// whole and partial chunks, a prefill-sized batch); panel counts odd and even, with
+    /// partial last panels (fewer and more than 8 live rows).
+    fn assert_kernel_matches_reference(kernel: PanelKernel) {
+        use crate::matmul::{matmul_panels_with, quantize_acts, QMatrix};
+        if !kernel.available() {
+            eprintln!("no {kernel:?} on this CPU: nothing to compare");
             return;
         }
         let pool = crate::pool::ThreadPool::new(2);
         for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
             let f = PanelFormat::of(dtype).unwrap();
-            for (n, cols) in [(16, 32), (45, 96), (100, 576)] {
+            for (n, cols) in [(16, 32), (45, 96), (100, 576), (36, 64)] {
                 let nb = cols / QK;
                 let mut seed = 3 + n as u64 + dtype as u64;
                 let w = weights(dtype, n, cols, &mut seed);
@@ -486,7 +539,7 @@ mod tests {
                         .collect();
                     let acts = quantize_acts(&pool, &x, m, cols, adt).unwrap();
                     let mut out = vec![f32::NAN; m * n];
-                    matmul(&pool, &w, &acts, &mut out).unwrap();
+                    matmul_panels_with(kernel, &pool, &w, &acts, &mut out).unwrap();
                     for i in 0..m {
                         let a = acts.row(i);
                         let (mut ad, mut sa, mut corr) =
@@ -512,16 +565,30 @@ mod tests {
         }
     }
 
-    /// The wide kernel (the output head's: Q8_0 against 16-bit activations, through `matmul`
-    /// on a matrix with f32 activations) gives the reference's bits, and is as close to the
-    /// f32 dot as its activation rounding allows.
-    #[cfg(target_arch = "x86_64")]
+    /// The AVX512-VNNI wide kernel matches the reference (see [`assert_wide_matches_reference`]).
     #[test]
     fn wide_kernel_is_bit_identical_to_the_reference() {
-        use crate::matmul::{matmul, quantize_acts, QMatrix};
+        assert_wide_matches_reference(PanelKernel::Avx512Vnni);
+    }
+
+    /// The AVX2 wide kernel matches the reference (see [`assert_wide_matches_reference`]).
+    #[test]
+    fn avx2_wide_kernel_is_bit_identical_to_the_reference() {
+        assert_wide_matches_reference(PanelKernel::Avx2);
+    }
+
+    /// `kernel`'s wide kernel (the output head's: Q8_0 against 16-bit activations, on a
+    /// matrix with f32 activations) gives the reference's bits, and is as close to the f32 dot
+    /// as its activation rounding allows.
+    fn assert_wide_matches_reference(kernel: PanelKernel) {
+        use crate::matmul::{matmul_panels_with, quantize_acts, QMatrix};
+        if !kernel.available() {
+            eprintln!("no {kernel:?} on this CPU: nothing to compare");
+            return;
+        }
         let pool = crate::pool::ThreadPool::new(2);
         let f = PanelFormat::wide_q8_0();
-        for (n, cols) in [(16, 32), (45, 96), (100, 576)] {
+        for (n, cols) in [(16, 32), (45, 96), (100, 576), (36, 64)] {
             let nb = cols / QK;
             let mut seed = 5 + n as u64;
             let w = weights(DType::Q8_0, n, cols, &mut seed);
@@ -534,13 +601,13 @@ mod tests {
                 return;
             }
             let mut wf = vec![0f32; cols];
-            for m in [1, 3, 8, 9, 16, 19, 40] {
+            for m in [1, 2, 3, 4, 5, 8, 9, 16, 19, 40] {
                 let x: Vec<f32> = (0..m * cols)
                     .map(|_| (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3)
                     .collect();
                 let acts = quantize_acts(&pool, &x, m, cols, DType::F32).unwrap();
                 let mut out = vec![f32::NAN; m * n];
-                matmul(&pool, &w, &acts, &mut out).unwrap();
+                matmul_panels_with(kernel, &pool, &w, &acts, &mut out).unwrap();
                 for i in 0..m {
                     let (mut pairs, mut ad) = (vec![0i32; cols / 2], vec![0f32; nb]);
                     quantize_act16(acts.row(i), &mut pairs, &mut ad);

@@ -11,7 +11,7 @@
 //! panel one convert, one scale multiply and one (Q4_1: two) fma into 16 outputs. The rows'
 //! activations are packed chunk-major (`panel::pack_acts`) so that a row's dwords and terms
 //! sit at fixed offsets from one pointer per block, and the per-row code is expanded per row
-//! ([`each_row`]) so its sums and accumulators are registers.
+//! (`each_row!`, defined in `matmul`) so its sums and accumulators are registers.
 //!
 //! Safety contract of every `unsafe fn` here: the CPU has AVX512F/BW/VL/VNNI (checked by
 //! [`available`] before a plan is built), each panel pointer addresses `nb` records of the
@@ -26,22 +26,11 @@ pub(crate) const CH: usize = 16;
 
 /// Whether this CPU runs the panel kernel.
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
+    crate::quant::avx512_allowed()
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
-}
-
-/// Expands `$body` once for each row `$c` in `0..$n` (at most 16), `$c` a literal: per-row
-/// values are then addressed at constant offsets and the accumulators stay in registers (as a
-/// loop over rows, they lived on the stack: a load and a store per row and block).
-macro_rules! each_row {
-    ($n:expr, $c:ident => $body:block) => {
-        each_row!(@ $n, $c, $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
-    };
-    (@ $n:expr, $c:ident, $body:block; $($i:literal)*) => {
-        $( if $i < $n { let $c: usize = $i; $body } )*
-    };
 }
 
 /// Where one chunk's inputs (`panel::pack_acts` layout) and outputs are.

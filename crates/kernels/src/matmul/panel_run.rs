@@ -1,10 +1,11 @@
-//! Plans and tiles of the panel GEMM (`panel`, `panel_avx512`): the activations are packed
-//! chunk-major once per call, then tiles of (whole pairs of panels of weight rows) x
-//! (activation rows) are handed out like the other plans' tiles; inside a tile each pair of
-//! panels passes over the tile's rows in kernel calls of up to 8 rows (the pair stays in L1
-//! between calls).
+//! Plans and tiles of the panel GEMM (`panel`; kernels `panel_avx512`, `panel_avx2`): the
+//! activations are packed chunk-major once per call, then tiles of (whole pairs of panels of
+//! weight rows) x (activation rows) are handed out like the other plans' tiles; inside a tile
+//! each pair of panels (AVX512-VNNI) or each half panel (AVX2) passes over the tile's rows in
+//! kernel calls of up to 8 (4) rows, staying in L1 between calls.
 
-use super::panel::{pack_act16, pack_acts, PanelFormat, P};
+use super::panel::{pack_act16, pack_acts, PanelFormat, PanelKernel, P};
+use super::panel_avx2::{panel_half, wide_half, CALL_ROWS};
 use super::panel_avx512::{panel_pair, wide_pair, Chunk, WideChunk, CH, PAIR_ROWS};
 use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
@@ -32,14 +33,19 @@ pub(super) struct PanelPlan<'a> {
     run: unsafe fn(&PanelPlan<'_>, usize, usize, usize, &SharedMut<f32>),
 }
 
-/// The plan of `w` (a panel matrix of format `f`) against `acts`; the CPU runs the panel
-/// kernel (checked when `w` was packed).
+/// The plan of `w` (a panel matrix of format `f`) against `acts`, run by `kernel`, which the
+/// CPU must have (`PanelKernel::available`).
 pub(super) fn panel_plan<'a>(
     pool: &ThreadPool,
     f: PanelFormat,
     w: &'a QMatrix,
     acts: &'a QuantizedActs,
+    kernel: PanelKernel,
 ) -> PanelPlan<'a> {
+    assert!(
+        kernel.available(),
+        "{kernel:?} panels on a CPU without them"
+    );
     let nb = w.cols / QK;
     let (m, n) = (acts.rows, w.rows);
     let a_bytes = if f.group == 2 { 4 * QK } else { f.a_bytes };
@@ -72,11 +78,16 @@ pub(super) fn panel_plan<'a>(
     };
     let n_wt = n.div_ceil(wt);
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
-    let run = match (f.has_min, f.qs_bytes == 256, f.bias != 0) {
-        _ if wide => tile_wide,
-        (true, true, false) => tile::<true, true, false>,
-        (false, true, true) => tile::<false, true, true>,
-        _ => tile::<false, false, true>,
+    type Run = unsafe fn(&PanelPlan<'_>, usize, usize, usize, &SharedMut<f32>);
+    let run: Run = match (kernel, f.has_min, f.qs_bytes == 256, f.bias != 0) {
+        (PanelKernel::Avx512Vnni, ..) if wide => tile_wide,
+        (PanelKernel::Avx512Vnni, true, true, false) => tile::<true, true, false>,
+        (PanelKernel::Avx512Vnni, false, true, true) => tile::<false, true, true>,
+        (PanelKernel::Avx512Vnni, ..) => tile::<false, false, true>,
+        (PanelKernel::Avx2, ..) if wide => tile_wide_avx2,
+        (PanelKernel::Avx2, true, true, false) => tile_avx2::<true, true, false>,
+        (PanelKernel::Avx2, false, true, true) => tile_avx2::<false, true, true>,
+        (PanelKernel::Avx2, ..) => tile_avx2::<false, false, true>,
     };
     PanelPlan {
         f,
@@ -92,7 +103,7 @@ pub(super) fn panel_plan<'a>(
         at,
         n_wt,
         tiles,
-        run: run as unsafe fn(&PanelPlan<'_>, usize, usize, usize, &SharedMut<f32>),
+        run,
     }
 }
 
@@ -103,8 +114,8 @@ impl PanelPlan<'_> {
         let m = self.acts.rows;
         for c0 in (ai * self.at..((ai + 1) * self.at).min(m)).step_by(CH) {
             let rows = ((ai + 1) * self.at).min(m).min(c0 + CH) - c0;
-            // SAFETY: the plan exists only where `panel_avx512::available()` (the matrix was
-            // packed under that check); tiles write disjoint outputs.
+            // SAFETY: the plan exists only where its kernel is available (asserted in
+            // `panel_plan`); tiles write disjoint outputs.
             unsafe { (self.run)(self, wi, c0, rows, out) };
         }
     }
@@ -261,13 +272,133 @@ unsafe fn chunk_wide<const C: usize>(
     (panels, ahead, c0, r0, cols): PairAt,
     out: &SharedMut<f32>,
 ) {
-    let n = p.w.rows;
-    let slot = c0 * p.nb + r0;
-    let ch = WideChunk::<C> {
+    let ch = wide_chunk_at::<C>(p, c0, r0, out);
+    wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
+}
+
+/// The wide chunk pointers of rows `c0 + r0..` (`c0` starts a chunk).
+fn wide_chunk_at<const C: usize>(
+    p: &PanelPlan<'_>,
+    c0: usize,
+    r0: usize,
+    out: &SharedMut<f32>,
+) -> WideChunk<C> {
+    let (n, slot) = (p.w.rows, c0 * p.nb + r0);
+    WideChunk::<C> {
         pairs: p.pairs[slot * QK / 2..].as_ptr(),
         ad: p.ad[slot..].as_ptr(),
         // SAFETY: row starts of the output; this tile writes only its own columns.
         out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
-    };
-    wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
+    }
+}
+
+/// A call of an AVX2 half-panel kernel: the panel's first record, the half, the panel whose
+/// weights it asks for (null: none), the chunk start and the first row in it, and where the
+/// outputs go (column of the half's first lane, its live lanes).
+type HalfAt = (*const u8, usize, *const u8, usize, usize, (usize, u8));
+
+/// Runs `call` for each AVX2 kernel call of weight tile `wi` against rows `c0..c0 + rows`,
+/// with the rows left from the call's first: each half panel passes over the rows
+/// [`CALL_ROWS`] at a time; the first call of a panel asks for the next panel's weights.
+#[inline(always)]
+fn for_each_half(
+    p: &PanelPlan<'_>,
+    wi: usize,
+    c0: usize,
+    rows: usize,
+    mut call: impl FnMut(HalfAt, usize),
+) {
+    let (n, rec) = (p.w.rows, p.f.record_bytes());
+    let end = ((wi + 1) * p.wt).min(n);
+    let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
+    let mut j = wi * p.wt;
+    while j < end {
+        let next = if j + P < end {
+            panel_at(j + P)
+        } else {
+            std::ptr::null()
+        };
+        let (col, mask) = lanes(n, j);
+        for h in 0..2 {
+            let bits = (mask >> (8 * h)) as u8;
+            if bits == 0 {
+                continue;
+            }
+            let mut r0 = 0;
+            while r0 < rows {
+                let ahead = if h == 0 && r0 == 0 {
+                    next
+                } else {
+                    std::ptr::null()
+                };
+                call(
+                    (panel_at(j), h, ahead, c0, r0, (col + 8 * h, bits)),
+                    rows - r0,
+                );
+                r0 += CALL_ROWS;
+            }
+        }
+        j += P;
+    }
+}
+
+/// [`tile`] on the AVX2 kernels.
+///
+/// # Safety
+/// As [`tile`].
+unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
+    p: &PanelPlan<'_>,
+    wi: usize,
+    c0: usize,
+    rows: usize,
+    out: &SharedMut<f32>,
+) {
+    for_each_half(p, wi, c0, rows, |at, rest| match rest {
+        1 => half::<1, MIN, NIB, BIAS>(p, at, out),
+        2 => half::<2, MIN, NIB, BIAS>(p, at, out),
+        3 => half::<3, MIN, NIB, BIAS>(p, at, out),
+        _ => half::<4, MIN, NIB, BIAS>(p, at, out),
+    });
+}
+
+/// Rows `c0 + r0..c0 + r0 + C` against half a panel (AVX2).
+#[inline(always)]
+unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+    p: &PanelPlan<'_>,
+    (panel, h, ahead, c0, r0, dst): HalfAt,
+    out: &SharedMut<f32>,
+) {
+    let ch = chunk_at::<C>(p, c0, r0, out);
+    let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
+    panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, (panel, h, ahead), &ch, dst);
+}
+
+/// [`tile_wide`] on the AVX2 kernel.
+///
+/// # Safety
+/// As [`tile`].
+unsafe fn tile_wide_avx2(
+    p: &PanelPlan<'_>,
+    wi: usize,
+    c0: usize,
+    rows: usize,
+    out: &SharedMut<f32>,
+) {
+    for_each_half(p, wi, c0, rows, |at, rest| match rest {
+        1 => half_wide::<1>(p, at, out),
+        2 => half_wide::<2>(p, at, out),
+        3 => half_wide::<3>(p, at, out),
+        _ => half_wide::<4>(p, at, out),
+    });
+}
+
+/// Rows `c0 + r0..c0 + r0 + C` against half a wide panel (AVX2).
+#[inline(always)]
+unsafe fn half_wide<const C: usize>(
+    p: &PanelPlan<'_>,
+    (panel, h, ahead, c0, r0, dst): HalfAt,
+    out: &SharedMut<f32>,
+) {
+    let ch = wide_chunk_at::<C>(p, c0, r0, out);
+    wide_half::<C>(p.nb, p.f.record_bytes(), (panel, h, ahead), &ch, dst);
 }

@@ -93,7 +93,8 @@ vnni512_format!(Q8_0Q8_0Vnni512, Q8_0Q8_0, idot_signed, 128, q8_0_unsigned);
 
 /// Whether the CPU can run the `*Vnni512` formats.
 pub(crate) fn has_avx512_vnni() -> bool {
-    is_x86_feature_detected!("avx512vnni")
+    crate::quant::avx512_allowed()
+        && is_x86_feature_detected!("avx512vnni")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512dq")

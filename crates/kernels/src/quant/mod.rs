@@ -71,6 +71,14 @@ pub fn detected_isa() -> Isa {
     })
 }
 
+/// Whether kernels may use AVX-512 where the CPU has it: yes, unless the environment sets
+/// `OXLLM_ISA=avx2`, which caps every kernel choice at AVX2+FMA+F16C (to measure or test the
+/// AVX2 kernels on an AVX-512 host; results keep their bits, see `matmul`). Read once.
+pub fn avx512_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var("OXLLM_ISA").map_or(true, |v| v != "avx2"))
+}
+
 /// The dtype activations are quantized to before a dot with weights of `w`: Q4_0/Q8_0 -> Q8_0,
 /// Q4_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K, F32/F16/BF16 -> F32. Err for others.
 pub fn activation_dtype(w: DType) -> Result<DType, QuantError> {
