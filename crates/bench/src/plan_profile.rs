@@ -61,12 +61,11 @@ pub fn profile_decode_replay(
             vocab: c.vocab_size,
         }))
         .map_err(|e| err(&e))?;
-        b.release(logits);
         Ok(())
     };
     b.warm_step().map_err(|e| err(&e))?;
     record(&mut b)?;
-    b.end_step();
+    b.end_step().map_err(|e| err(&e))?;
     b.begin_capture().map_err(|e| err(&e))?;
     record(&mut b)?;
     let plan = b.end_capture().map_err(|e| err(&e))?;

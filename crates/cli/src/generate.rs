@@ -279,11 +279,13 @@ fn print_plans(info: &EngineInfo) {
         return;
     }
     eprintln!(
-        "plans: decode buckets {:?}, prefill buckets {:?} captured in {:.1} ms ({:.1} MiB of shared buffers)",
+        "plans: decode buckets {:?}, prefill buckets {:?} captured in {:.1} ms ({:.1} MiB of shared buffers; largest plan peak {:.1} MiB of {:.1} MiB without reuse)",
         p.decode_buckets,
         p.prefill_buckets,
         p.capture_ms,
-        p.pool_bytes as f64 / (1 << 20) as f64
+        p.pool_bytes as f64 / (1 << 20) as f64,
+        p.peak_bytes as f64 / (1 << 20) as f64,
+        p.buffer_bytes as f64 / (1 << 20) as f64
     );
 }
 

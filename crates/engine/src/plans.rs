@@ -44,6 +44,10 @@ pub struct PlanReport {
     pub failed: Vec<String>,
     pub capture_ms: f64,
     pub pool_bytes: usize,
+    /// The largest plan's step-local bytes live at once, and all its step-local buffers
+    /// together (what it would take without reuse).
+    pub peak_bytes: usize,
+    pub buffer_bytes: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +211,6 @@ impl GraphExec {
             token_ids: self.sampled_ids.prefix(view.logits()),
             vocab: self.vocab,
         }))?;
-        self.backend.release(logits);
         Ok(())
     }
 
@@ -247,8 +250,9 @@ impl GraphExec {
                 .warm_step()
                 .map_err(|e| EngineError::Model(e.into()))?;
             let r = self.record(&view);
-            self.backend.end_step();
+            let ended = self.backend.end_step();
             r?;
+            ended.map_err(|e| EngineError::Model(e.into()))?;
         }
         for (kind, size) in wanted {
             let Some(view) = self.view(kind, size) else {
@@ -263,6 +267,8 @@ impl GraphExec {
                         .backend
                         .end_capture()
                         .map_err(|e| EngineError::Model(e.into()))?;
+                    self.report.peak_bytes = self.report.peak_bytes.max(plan.peak_bytes());
+                    self.report.buffer_bytes = self.report.buffer_bytes.max(plan.buffer_bytes());
                     self.buckets.push(Bucket { kind, size, plan });
                     match kind {
                         BucketKind::Decode => self.report.decode_buckets.push(size),
@@ -402,8 +408,9 @@ impl GraphExec {
             .begin_step()
             .map_err(|e| EngineError::Model(e.into()))?;
         let r = self.record(view);
-        self.backend.end_step();
-        Ok(r?)
+        let ended = self.backend.end_step();
+        r?;
+        Ok(ended.map_err(ModelError::from)?)
     }
 
     /// Writes `arrays` into the input buffers of `view`, padding rows and sequences up to the

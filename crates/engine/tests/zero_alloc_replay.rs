@@ -100,11 +100,10 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
             vocab: model.config.vocab_size,
         }))
         .unwrap();
-        b.release(logits);
     };
     b.warm_step().unwrap();
     record(&mut b);
-    b.end_step();
+    b.end_step().unwrap();
     b.begin_capture().unwrap();
     record(&mut b);
     let plan = b.end_capture().unwrap();
@@ -213,11 +212,10 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
             vocab,
         }))
         .unwrap();
-        b.release(logits);
     };
     b.warm_step().unwrap();
     record(&mut b);
-    b.end_step();
+    b.end_step().unwrap();
     b.begin_capture().unwrap();
     record(&mut b);
     let plan = b.end_capture().unwrap();

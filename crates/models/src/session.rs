@@ -97,12 +97,14 @@ impl<'m> Session<'m> {
         b.begin_step()?;
         let out =
             record_forward(b, self.model, &view, &self.kv, self.states.as_ref()).and_then(|buf| {
+                b.keep(buf);
                 const OP: &str = "read_logits";
                 let mem = b.host_access(OP, false)?;
                 Ok(mem.f32(OP, buf)?.to_vec())
             });
-        b.end_step();
+        let ended = b.end_step();
         let out = out?;
+        ended?;
         self.len += n;
         Ok(out)
     }

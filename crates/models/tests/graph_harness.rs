@@ -204,10 +204,11 @@ impl<'m> Graph<'m> {
         self.write(a, &view);
         self.b.begin_step().unwrap();
         let out = self.record(&view).map(|logits| {
+            self.b.keep(logits);
             let mem = self.b.host_access("t", false).unwrap();
             mem.f32("t", logits).unwrap().to_vec()
         });
-        self.b.end_step();
+        self.b.end_step().unwrap();
         out
     }
 
@@ -221,9 +222,10 @@ impl<'m> Graph<'m> {
         let view = self.inputs.view(tokens, seqs, seqs).unwrap();
         self.b.warm_step().unwrap();
         self.record(&view).unwrap();
-        self.b.end_step();
+        self.b.end_step().unwrap();
         self.b.begin_capture().unwrap();
         let l = self.record(&view).unwrap();
+        self.b.keep(l);
         (self.b.end_capture().unwrap(), view, l)
     }
 

@@ -2,17 +2,23 @@
 
 use std::any::Any;
 
+use crate::arena::Lifetimes;
 use crate::{BufKind, BufRef, Memory, Op, OpProfile, RuntimeError};
 
-/// A captured op list, bound to the backend that recorded it.
+/// A captured op list, bound to the backend that recorded it, with its buffers' footprint.
 pub struct Plan {
     backend_id: u64,
     ops: Vec<Box<dyn Op>>,
+    lifetimes: Lifetimes,
 }
 
 impl Plan {
-    pub(crate) fn new(backend_id: u64, ops: Vec<Box<dyn Op>>) -> Plan {
-        Plan { backend_id, ops }
+    pub(crate) fn new(backend_id: u64, ops: Vec<Box<dyn Op>>, lifetimes: Lifetimes) -> Plan {
+        Plan {
+            backend_id,
+            ops,
+            lifetimes,
+        }
     }
 
     pub(crate) fn backend_id(&self) -> u64 {
@@ -30,12 +36,26 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// Most bytes of the plan's step-local buffers live at once (each buffer lives from its
+    /// first to its last use).
+    pub fn peak_bytes(&self) -> usize {
+        self.lifetimes.peak_bytes
+    }
+
+    /// Bytes of all the plan's step-local buffers together (what it would hold if no buffer
+    /// were ever reused).
+    pub fn buffer_bytes(&self) -> usize {
+        self.lifetimes.total_bytes
+    }
 }
 
-/// Where ops run. Eager use: `begin_step`, write inputs through `host_access`, launch ops,
-/// read outputs, `end_step`. Capture: `warm_step` + the same launches + `end_step` once per
-/// shape (largest first), then `begin_capture`, the launches, `end_capture`; afterwards write
-/// inputs and `replay` as often as needed.
+/// Where ops run. Eager use: write inputs through `host_access`, `begin_step`, launch ops,
+/// read outputs through `host_access` (which runs the launched ops first), `end_step`.
+/// Capture: `warm_step` + the same launches + `end_step` once per shape (largest first), then
+/// `begin_capture`, the launches, `end_capture`; afterwards write inputs and `replay` as often
+/// as needed. Step-local buffers live from their first to their last use in the step's op list
+/// (the backend plans it); nobody releases them.
 pub trait Backend {
     fn name(&self) -> &'static str;
     fn supports_capture(&self) -> bool;
@@ -44,28 +64,30 @@ pub trait Backend {
     fn alloc_persistent(&mut self, kind: BufKind, len: usize) -> Result<BufRef, RuntimeError>;
     /// A host-prepared typed buffer for the backend's lifetime.
     fn alloc_host(&mut self, value: Box<dyn Any + Send>) -> Result<BufRef, RuntimeError>;
-    /// A step-local buffer for `op`'s output (see the module docs of each backend for where it
-    /// comes from); inside a capture only a warmed buffer may serve it.
+    /// A step-local buffer for `op`'s output; its memory is assigned when the step's op list is
+    /// planned (inside a capture only warmed memory may serve it).
     fn alloc(
         &mut self,
         op: &'static str,
         kind: BufKind,
         len: usize,
     ) -> Result<BufRef, RuntimeError>;
-    /// Ends the use of a step-local buffer; later allocations may reuse it.
-    fn release(&mut self, buf: BufRef);
-    /// Runs `op` now (eager), drops it (warm), or records it (capture).
+    /// Keeps a step-local buffer alive to the end of the step (or of every replay of the plan
+    /// being captured) so the host can read it.
+    fn keep(&mut self, buf: BufRef);
+    /// Queues `op` in the step (eager, warm) or records it (capture).
     fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError>;
-    /// The host's view of the buffers, to write inputs or read outputs; refused inside a
-    /// capture with an error naming `op`.
+    /// The host's view of the buffers, to write inputs or read outputs, after the ops launched
+    /// so far have run (their errors come back here); refused inside a capture with an error
+    /// naming `op`.
     fn host_access(&mut self, op: &'static str, write: bool) -> Result<&Memory, RuntimeError>;
 
     /// Starts an eager step.
     fn begin_step(&mut self) -> Result<(), RuntimeError>;
     /// Starts a dry step that only warms the buffer pool for a later capture of this shape.
     fn warm_step(&mut self) -> Result<(), RuntimeError>;
-    /// Ends an eager or warm step, giving back its step-local buffers.
-    fn end_step(&mut self);
+    /// Runs the step's ops still pending, then gives back its step-local buffers.
+    fn end_step(&mut self) -> Result<(), RuntimeError>;
 
     fn begin_capture(&mut self) -> Result<(), RuntimeError>;
     fn end_capture(&mut self) -> Result<Plan, RuntimeError>;

@@ -1,9 +1,10 @@
 //! Buffers as the CPU backends hold them, and typed, borrow-checked access to them.
 //!
-//! A [`BufRef`] names an arena slot and the logical length an op uses; the storage behind a
-//! slot may be larger (a buffer warmed for a larger bucket serves every smaller one). Access
-//! goes through [`Memory`], which hands out `RefCell` borrows: an op that names the same buffer
-//! as an input and an output gets [`RuntimeError::Aliased`] instead of undefined behaviour.
+//! A [`BufRef`] names a buffer handle and the logical length an op uses; the handle maps to a
+//! storage slot, which may be larger (a buffer warmed for a larger bucket serves every smaller
+//! one) and which handles whose lifetimes do not overlap share. Access goes through [`Memory`],
+//! which hands out `RefCell` borrows: an op that names the same buffer as an input and an
+//! output gets [`RuntimeError::Aliased`] instead of undefined behaviour.
 
 use std::any::Any;
 use std::cell::{Ref, RefCell, RefMut};
@@ -80,7 +81,7 @@ impl Buffer {
     }
 }
 
-/// A buffer as ops name it: an arena slot and the length this use covers.
+/// A buffer as ops name it: a handle and the length this use covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufRef {
     pub(crate) slot: u32,
@@ -102,10 +103,12 @@ impl BufRef {
     }
 }
 
-/// Every buffer of a backend, by slot.
+/// Every buffer of a backend: storage slots, and the storage slot of each handle.
 #[derive(Default)]
 pub struct Memory {
-    pub(crate) slots: Vec<RefCell<Buffer>>,
+    pub(crate) storage: Vec<RefCell<Buffer>>,
+    /// Handle -> storage slot ([`Memory::UNMAPPED`] while a step-local buffer has none).
+    pub(crate) handles: Vec<u32>,
 }
 
 macro_rules! typed_access {
@@ -131,14 +134,17 @@ macro_rules! typed_access {
 }
 
 impl Memory {
+    pub(crate) const UNMAPPED: u32 = u32::MAX;
+
     fn cell(
         &self,
         op: &'static str,
         b: BufRef,
         kind: BufKind,
     ) -> Result<&RefCell<Buffer>, RuntimeError> {
-        self.slots
+        self.handles
             .get(b.slot as usize)
+            .and_then(|&s| self.storage.get(s as usize))
             .filter(|_| b.kind == kind)
             .ok_or(RuntimeError::BadBuffer {
                 op,

@@ -56,8 +56,8 @@ macro_rules! arena_backend {
             ) -> Result<BufRef, RuntimeError> {
                 self.arena.alloc(op, kind, len)
             }
-            fn release(&mut self, buf: BufRef) {
-                self.arena.release(buf)
+            fn keep(&mut self, buf: BufRef) {
+                self.arena.keep(buf)
             }
             fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError> {
                 let cx = ExecCtx {
@@ -72,7 +72,12 @@ macro_rules! arena_backend {
                 op: &'static str,
                 write: bool,
             ) -> Result<&Memory, RuntimeError> {
-                self.arena.host_access(op, write)
+                let cx = ExecCtx {
+                    pool: &self.pool,
+                    reference: $reference,
+                    warming: false,
+                };
+                self.arena.host_access(op, write, &cx)
             }
             fn begin_step(&mut self) -> Result<(), RuntimeError> {
                 self.arena.begin_step(false)
@@ -83,9 +88,15 @@ macro_rules! arena_backend {
                 self.pool.set_all_join(true);
                 self.arena.begin_step(true)
             }
-            fn end_step(&mut self) {
+            fn end_step(&mut self) -> Result<(), RuntimeError> {
+                let cx = ExecCtx {
+                    pool: &self.pool,
+                    reference: $reference,
+                    warming: false,
+                };
+                let r = self.arena.end_step(&cx);
                 self.pool.set_all_join(false);
-                self.arena.end_step()
+                r
             }
             fn begin_capture(&mut self) -> Result<(), RuntimeError> {
                 if !$capture {

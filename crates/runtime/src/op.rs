@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::{Memory, RuntimeError};
+use crate::{BufRef, Memory, RuntimeError};
 
 /// Where an op runs: the backend's thread pool, and whether it must use the reference (scalar,
 /// single-thread) kernels.
@@ -24,6 +24,9 @@ pub struct ExecCtx<'a> {
 pub trait Op: Send {
     /// A short stable name, used in errors and profiles.
     fn name(&self) -> &'static str;
+    /// Calls `visit` with every buffer the op reads or writes: the backend plans step-local
+    /// buffers' lifetimes (first and last use) from these.
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef));
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError>;
 }
 

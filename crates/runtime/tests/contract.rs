@@ -1,4 +1,5 @@
-//! The capture contract, planted violation by violation, and replay on rewritten inputs.
+//! The capture contract, planted violation by violation, replay on rewritten inputs, and
+//! step-local buffers living exactly from their first to their last use.
 
 use oxllm_runtime::{
     Backend, BufKind, BufRef, CpuBackend, ExecCtx, Memory, Op, ReferenceBackend, RuntimeError,
@@ -14,6 +15,10 @@ struct Affine {
 impl Op for Affine {
     fn name(&self) -> &'static str {
         "affine"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        visit(self.x);
+        visit(self.out);
     }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let x = mem.f32(self.name(), self.x)?;
@@ -38,7 +43,6 @@ fn record(b: &mut dyn Backend, input: BufRef, output: BufRef) -> Result<(), Runt
         out: output,
         factor: 3.0,
     }))?;
-    b.release(tmp);
     Ok(())
 }
 
@@ -63,7 +67,7 @@ fn replay_reruns_the_recording_on_rewritten_inputs_and_matches_eager() {
     // Warm at the largest shape, then capture a smaller one from the same pool.
     b.warm_step().unwrap();
     record(&mut b, input, output).unwrap();
-    b.end_step();
+    b.end_step().unwrap();
     b.begin_capture().unwrap();
     record(&mut b, input.prefix(4), output.prefix(4)).unwrap();
     let plan = b.end_capture().unwrap();
@@ -75,7 +79,7 @@ fn replay_reruns_the_recording_on_rewritten_inputs_and_matches_eager() {
         let replayed = read(&mut b, output.prefix(4));
         b.begin_step().unwrap();
         record(&mut b, input.prefix(4), output.prefix(4)).unwrap();
-        b.end_step();
+        b.end_step().unwrap();
         let eager = read(&mut b, output.prefix(4));
         let expected: Vec<f32> = x.iter().map(|v| (v * 2.0 + 1.0) * 3.0 + 1.0).collect();
         assert_eq!(replayed, expected);
@@ -102,7 +106,7 @@ fn an_allocation_inside_a_capture_fails_it_naming_the_op() {
     // A pool warmed for a smaller shape does not serve a larger capture either.
     b.warm_step().unwrap();
     record(&mut b, input.prefix(4), output.prefix(4)).unwrap();
-    b.end_step();
+    b.end_step().unwrap();
     b.begin_capture().unwrap();
     assert!(matches!(
         record(&mut b, input, output),
@@ -153,7 +157,7 @@ fn the_reference_backend_runs_eager_and_refuses_capture() {
     write(&mut b, input, &[1.0, -1.0]);
     b.begin_step().unwrap();
     record(&mut b, input, output).unwrap();
-    b.end_step();
+    b.end_step().unwrap();
     assert_eq!(read(&mut b, output), vec![10.0, -2.0]);
 }
 
@@ -178,4 +182,86 @@ fn plans_are_bound_to_their_backend_and_aliasing_is_an_error() {
             slot: 0
         }
     );
+}
+
+/// Records a chain `input -> t1 -> t2 -> ... -> tn -> output` of `n` step-local temporaries,
+/// each read only by the next op.
+fn record_chain(b: &mut dyn Backend, input: BufRef, output: BufRef, n: usize) {
+    let mut x = input;
+    for _ in 0..n {
+        let t = b.alloc("affine", BufKind::F32, input.len).unwrap();
+        b.launch(Box::new(Affine {
+            x,
+            out: t,
+            factor: 1.0,
+        }))
+        .unwrap();
+        x = t;
+    }
+    b.launch(Box::new(Affine {
+        x,
+        out: output,
+        factor: 1.0,
+    }))
+    .unwrap();
+}
+
+#[test]
+fn a_plan_frees_each_buffer_after_its_last_use_and_reports_its_peak() {
+    let mut b = CpuBackend::new(1);
+    let input = b.alloc_persistent(BufKind::F32, 64).unwrap();
+    let output = b.alloc_persistent(BufKind::F32, 64).unwrap();
+    b.warm_step().unwrap();
+    record_chain(&mut b, input, output, 10);
+    b.end_step().unwrap();
+    // Two temporaries are live at once at most (an op's input and output), so the warm step
+    // left two buffers in the pool, not ten, and the capture of the same chain fits in them.
+    assert_eq!(b.pooled_bytes(), 2 * 64 * 4);
+    b.begin_capture().unwrap();
+    record_chain(&mut b, input, output, 10);
+    let plan = b.end_capture().unwrap();
+    assert_eq!(plan.buffer_bytes(), 10 * 64 * 4);
+    assert_eq!(plan.peak_bytes(), 2 * 64 * 4);
+    assert!(plan.peak_bytes() < plan.buffer_bytes());
+    // Reused memory computes the same: out = in + 11 (each affine adds 1).
+    write(&mut b, input, &[1.0; 64]);
+    b.replay(&plan).unwrap();
+    assert_eq!(read(&mut b, output), vec![12.0; 64]);
+    b.begin_step().unwrap();
+    record_chain(&mut b, input, output, 10);
+    b.end_step().unwrap();
+    assert_eq!(read(&mut b, output), vec![12.0; 64]);
+}
+
+#[test]
+fn a_kept_buffer_outlives_its_last_use_for_the_host() {
+    let mut b = ReferenceBackend::new();
+    let input = b.alloc_persistent(BufKind::F32, 4).unwrap();
+    write(&mut b, input, &[1.0, 2.0, 3.0, 4.0]);
+    b.begin_step().unwrap();
+    let first = b.alloc("affine", BufKind::F32, 4).unwrap();
+    b.launch(Box::new(Affine {
+        x: input,
+        out: first,
+        factor: 2.0,
+    }))
+    .unwrap();
+    b.keep(first);
+    // Later temporaries would take `first`'s memory if it were freed after its last use.
+    let later = b.alloc("affine", BufKind::F32, 4).unwrap();
+    b.launch(Box::new(Affine {
+        x: input,
+        out: later,
+        factor: 0.0,
+    }))
+    .unwrap();
+    let last = b.alloc("affine", BufKind::F32, 4).unwrap();
+    b.launch(Box::new(Affine {
+        x: later,
+        out: last,
+        factor: 0.0,
+    }))
+    .unwrap();
+    assert_eq!(read(&mut b, first), vec![3.0, 5.0, 7.0, 9.0]);
+    b.end_step().unwrap();
 }

@@ -61,6 +61,11 @@ impl Op for SampleOp {
     fn name(&self) -> &'static str {
         "sample"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.logits, self.rows, self.token_ids] {
+            visit(b);
+        }
+    }
 
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();

@@ -14,7 +14,8 @@ use super::{KvBuffers, StepView};
 use crate::{LlamaModel, ModelError};
 
 /// Launches one forward step of `model` on `b` and returns the step-local logits buffer,
-/// `[step.logits(), vocab]` (the caller releases it). Rows are the step's token rows; K/V go to
+/// `[step.logits(), vocab]` (live to its last use; the host reading it marks it with
+/// `Backend::keep`). Rows are the step's token rows; K/V go to
 /// `kv` at the slot mapping.
 pub fn record_dense_forward(
     b: &mut dyn Backend,
@@ -74,9 +75,6 @@ pub fn record_dense_forward(
             positions: step.positions,
         }))?;
         let attn = store_and_attend(b, step, kv, kv.layers[li], [q, k, v], shape)?;
-        for buf in [q, k, v] {
-            b.release(buf);
-        }
         let wo: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].wo, None)];
         let [o] = project(
             b,
@@ -89,9 +87,7 @@ pub fn record_dense_forward(
             [layer.wo.activation_dtype()],
             [n * h],
         )?;
-        b.release(attn);
         b.launch(Box::new(Add { acc: x, x: o }))?;
-        b.release(o);
 
         norm(b, model, li, |m, l| Some(&m.layers[l].ffn_norm), x, normed)?;
         let gate_up: [(MatPick, Option<VecPick>); 2] = [
@@ -101,21 +97,17 @@ pub fn record_dense_forward(
         let dtypes = [&layer.w_gate, &layer.w_up].map(|w| w.activation_dtype());
         let [gate, up] = project(b, model, li, gate_up, normed, n, h, dtypes, [n * c.ffn; 2])?;
         b.launch(Box::new(SiluMul { gate, up }))?;
-        b.release(up);
         let down: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].w_down, None)];
         let dt = [layer.w_down.activation_dtype()];
         let [d] = project(b, model, li, down, gate, n, c.ffn, dt, [n * h])?;
-        b.release(gate);
         b.launch(Box::new(Add { acc: x, x: d }))?;
-        b.release(d);
     }
-    b.release(normed);
 
     record_head(b, model, step, x)
 }
 
 /// The final norm of the rows at the logits indices and the output head: returns the logits
-/// buffer `[step.logits(), vocab]`; releases `x`.
+/// buffer `[step.logits(), vocab]`.
 pub(super) fn record_head<M: GraphModel>(
     b: &mut dyn Backend,
     model: &Arc<M>,
@@ -130,12 +122,10 @@ pub(super) fn record_head<M: GraphModel>(
         logits_indices: step.logits_indices,
         out: last,
     }))?;
-    b.release(x);
     let head: [(MatPick<M>, Option<VecPick<M>>); 1] = [(|m, _| m.output_head(), None)];
     let dt = [model.output_head().activation_dtype()];
     let vocab = model.vocab_size();
     let [logits] = project(b, model, 0, head, last, m, h, dt, [m * vocab])?;
-    b.release(last);
     Ok(logits)
 }
 
@@ -245,8 +235,5 @@ pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
         acts,
         outs,
     }))?;
-    for (_, buf) in quantized.iter().flatten() {
-        b.release(*buf);
-    }
     Ok(outs)
 }

@@ -47,6 +47,23 @@ impl Op for GdnCore {
     fn name(&self) -> &'static str {
         "gated_delta_net"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [
+            self.proj,
+            self.ba,
+            self.query_start_loc,
+            self.seq_lens,
+            self.state_slots,
+            self.checkpoint_rows,
+            self.checkpoint_slots,
+            self.conv_state,
+            self.rec_state,
+            self.scratch,
+            self.out,
+        ] {
+            visit(b);
+        }
+    }
 
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         if cx.warming {

@@ -52,7 +52,7 @@ fn bad(msg: String) -> ModelError {
 }
 
 /// Launches one forward step of `model` on `b` and returns the step-local logits buffer,
-/// `[step.logits(), vocab]` (the caller releases it).
+/// `[step.logits(), vocab]` (see `record_dense_forward`).
 pub fn record_hybrid_forward(
     b: &mut dyn Backend,
     model: &Arc<HybridModel>,
@@ -127,7 +127,6 @@ pub fn record_hybrid_forward(
             }
         };
         b.launch(Box::new(Add { acc: x, x: mixed }))?;
-        b.release(mixed);
         norm(b, model, li, |m, l| Some(&m.layers[l].post_norm), x, normed)?;
         let y = match &layer.mlp {
             Mlp::Dense(d) => {
@@ -139,11 +138,9 @@ pub fn record_hybrid_forward(
                 let ffn = d.gate.rows();
                 let [g, u] = project(b, model, li, mats, normed, n, h, dt, [n * ffn; 2])?;
                 b.launch(Box::new(SiluMul { gate: g, up: u }))?;
-                b.release(u);
                 let down: [(Pick, NoBias); 1] = [(|m, l| &dense_mlp(m, l).down, None)];
                 let dt = [d.down.activation_dtype()];
                 let [y] = project(b, model, li, down, g, n, ffn, dt, [n * h])?;
-                b.release(g);
                 y
             }
             Mlp::Moe(moe) => {
@@ -169,27 +166,11 @@ pub fn record_hybrid_forward(
                     work,
                     out: y,
                 }))?;
-                let w = work;
-                for buf in [
-                    router_logits,
-                    w.routes,
-                    w.rows_x,
-                    w.rows_y,
-                    w.gate,
-                    w.up,
-                    w.shared_gate,
-                    w.qx,
-                    w.qh,
-                ] {
-                    b.release(buf);
-                }
                 y
             }
         };
         b.launch(Box::new(Add { acc: x, x: y }))?;
-        b.release(y);
     }
-    b.release(normed);
 
     record_head(b, model, step, x)
 }
@@ -251,13 +232,9 @@ fn record_linear(
         scratch,
         out: core,
     }))?;
-    for buf in [proj, ba, scratch] {
-        b.release(buf);
-    }
     let out: [(Pick, NoBias); 1] = [(|m, l| &lin(m, l).out_proj, None)];
     let dt = [g.out_proj.activation_dtype()];
     let [o] = project(b, model, li, out, core, n, vw, dt, [n * h])?;
-    b.release(core);
     Ok(o)
 }
 
@@ -306,17 +283,11 @@ fn record_full(
         scale: 1.0 / (c.head_dim as f32).sqrt(),
     };
     let attn = store_and_attend(b, step, kv, (k_cache, v_cache), [q, k, v], shape)?;
-    for buf in [q, k, v] {
-        b.release(buf);
-    }
-    if let Some((qg, gate)) = split {
-        b.release(qg);
+    if let Some((_, gate)) = split {
         b.launch(Box::new(SigmoidGate { attn, gate }))?;
-        b.release(gate);
     }
     let wo: [(Pick, NoBias); 1] = [(|m, l| &full(m, l).wo, None)];
     let dt = [a.wo.activation_dtype()];
     let [o] = project(b, model, li, wo, attn, n, qw, dt, [n * h])?;
-    b.release(attn);
     Ok(o)
 }

@@ -24,6 +24,15 @@ impl Op for RestoreStates {
     fn name(&self) -> &'static str {
         "restore_states"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.state_slots, self.restore_slots] {
+            visit(b);
+        }
+        for &(conv, rec) in &self.layers {
+            visit(conv);
+            visit(rec);
+        }
+    }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         if cx.warming {
             // A warm-up step runs on whatever the inputs hold: it must not touch the
@@ -69,6 +78,15 @@ impl Op for AttnPrep {
     fn name(&self) -> &'static str {
         "attn_prep"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.q, self.k, self.positions] {
+            visit(b);
+        }
+        if let Some((qg, gate)) = self.split {
+            visit(qg);
+            visit(gate);
+        }
+    }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let m = &self.model;
@@ -111,6 +129,11 @@ pub(crate) struct SigmoidGate {
 impl Op for SigmoidGate {
     fn name(&self) -> &'static str {
         "sigmoid_gate"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.attn, self.gate] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let gate = mem.f32(self.name(), self.gate)?;

@@ -145,6 +145,23 @@ impl Op for MoeOp {
     fn name(&self) -> &'static str {
         "moe"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [
+            self.x,
+            self.router_logits,
+            self.work.routes,
+            self.work.rows_x,
+            self.work.rows_y,
+            self.work.gate,
+            self.work.up,
+            self.work.shared_gate,
+            self.work.qx,
+            self.work.qh,
+            self.out,
+        ] {
+            visit(b);
+        }
+    }
 
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();

@@ -85,6 +85,11 @@ impl<M: GraphModel> Op for Embed<M> {
     fn name(&self) -> &'static str {
         "embed"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.tokens, self.out] {
+            visit(b);
+        }
+    }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let tokens = mem.u32(self.name(), self.tokens)?;
         let mut out = mem.f32_mut(self.name(), self.out)?;
@@ -118,6 +123,11 @@ impl<M: GraphModel> Op for RmsNorm<M> {
     fn name(&self) -> &'static str {
         "rms_norm"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.x, self.out] {
+            visit(b);
+        }
+    }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let w = (self.weight)(&self.model, self.layer)
             .ok_or_else(|| RuntimeError::op(self.name(), "missing norm weight"))?;
@@ -140,6 +150,11 @@ pub(crate) struct Quantize {
 impl Op for Quantize {
     fn name(&self) -> &'static str {
         "quantize"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.x, self.out] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let x = mem.f32(self.name(), self.x)?;
@@ -167,6 +182,9 @@ pub(crate) struct Project<const N: usize, M = LlamaModel> {
 impl<const N: usize, M: Send + Sync + 'static> Op for Project<N, M> {
     fn name(&self) -> &'static str {
         "matmul"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        self.acts.iter().chain(&self.outs).for_each(|&b| visit(b));
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
@@ -223,6 +241,11 @@ impl Op for QkNormRope {
     fn name(&self) -> &'static str {
         "qk_norm_rope"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.q, self.k, self.positions] {
+            visit(b);
+        }
+    }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let m = &self.model;
         let c = &m.config;
@@ -273,6 +296,17 @@ pub(crate) struct StoreKv {
 impl Op for StoreKv {
     fn name(&self) -> &'static str {
         "store_kv"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [
+            self.slot_mapping,
+            self.k,
+            self.v,
+            self.k_cache,
+            self.v_cache,
+        ] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         if cx.warming {
@@ -330,6 +364,19 @@ pub(crate) struct Attention {
 impl Op for Attention {
     fn name(&self) -> &'static str {
         "attention"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [
+            self.q,
+            self.k_cache,
+            self.v_cache,
+            self.query_start_loc,
+            self.seq_lens,
+            self.block_tables,
+            self.out,
+        ] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
@@ -392,6 +439,11 @@ impl Op for Add {
     fn name(&self) -> &'static str {
         "add"
     }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.acc, self.x] {
+            visit(b);
+        }
+    }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let x = mem.f32(self.name(), self.x)?;
         ops::add_in_place(&mut mem.f32_mut(self.name(), self.acc)?, &x);
@@ -408,6 +460,11 @@ pub(crate) struct SiluMul {
 impl Op for SiluMul {
     fn name(&self) -> &'static str {
         "silu_mul"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.gate, self.up] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let up = mem.f32(self.name(), self.up)?;
@@ -439,6 +496,11 @@ pub(crate) struct GatherNorm<M = LlamaModel> {
 impl<M: GraphModel> Op for GatherNorm<M> {
     fn name(&self) -> &'static str {
         "final_norm"
+    }
+    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        for b in [self.x, self.logits_indices, self.out] {
+            visit(b);
+        }
     }
     fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let x = mem.f32(self.name(), self.x)?;
