@@ -14,8 +14,8 @@
 //!   writes, or when the step ends; storage is created for the step and dropped at its end
 //!   (eager is the simple reference path, and the baseline plans must beat);
 //! - warm: like eager, but storage is drawn from the pool (created when none fits) and stays
-//!   there, and ops run with every pool thread joining (their per-thread scratch grows now, not
-//!   inside a later replay); a later capture of the same or a smaller shape then finds every
+//!   there, and ops run as [`Op::warm`] on the backend's warm kernels with every pool thread
+//!   joining (their per-thread scratch grows now, not inside a later replay); a later capture of the same or a smaller shape then finds every
 //!   buffer it needs, since it plans the same way;
 //! - capture: launches are recorded; [`Arena::end_capture`] plans them over the pool only (a
 //!   request nothing in the pool can serve fails the capture naming its op) and the handles
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::backend::Plan;
-use crate::{BufKind, BufRef, Buffer, ExecCtx, Memory, Op, OpProfile, RuntimeError};
+use crate::{BufKind, BufRef, Buffer, ExecCtx, Kernels, Memory, Op, OpProfile, RuntimeError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -75,6 +75,8 @@ pub(crate) struct Arena {
     kept: Vec<u32>,
     /// Ops launched and not yet run (eager, warm) or recorded (capture).
     pending: Vec<Box<dyn Op>>,
+    /// The kernels ops of a warm step compute with.
+    warm_kernels: &'static Kernels,
     id: u64,
 }
 
@@ -90,7 +92,7 @@ fn bytes_of(kind: BufKind, len: usize) -> usize {
 }
 
 impl Arena {
-    pub(crate) fn new() -> Arena {
+    pub(crate) fn new(warm_kernels: &'static Kernels) -> Arena {
         Arena {
             mem: Memory::default(),
             free_handles: Vec::new(),
@@ -102,6 +104,7 @@ impl Arena {
             step_storage: Vec::new(),
             kept: Vec::new(),
             pending: Vec::new(),
+            warm_kernels,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -317,12 +320,18 @@ impl Arena {
         }
         let ops = std::mem::take(&mut self.pending);
         self.plan_lifetimes(&ops)?;
-        let cx = ExecCtx {
-            warming: self.mode == Mode::Warm,
-            ..*cx
-        };
-        for op in &ops {
-            op.run(&self.mem, &cx)?;
+        if self.mode == Mode::Warm {
+            let cx = ExecCtx {
+                kernels: self.warm_kernels,
+                ..*cx
+            };
+            for op in &ops {
+                op.warm(&self.mem, &cx)?;
+            }
+        } else {
+            for op in &ops {
+                op.run(&self.mem, cx)?;
+            }
         }
         Ok(())
     }

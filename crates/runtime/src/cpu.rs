@@ -1,4 +1,5 @@
-//! The CPU backend: the fast kernels on a persistent thread pool, with capture.
+//! The CPU backend: the fast kernel table ([`crate::kernels::FAST`], warm steps
+//! [`crate::kernels::WARM`]) on a persistent thread pool, with capture.
 //!
 //! A captured plan is the recorded op list over buffers of one arena; replay runs the ops in
 //! order on the pool (each op's kernel splits its work over the pool's threads and joins
@@ -19,7 +20,7 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new(threads: usize) -> CpuBackend {
         CpuBackend {
-            arena: Arena::new(),
+            arena: Arena::new(&crate::kernels::WARM),
             pool: ThreadPool::new(threads),
         }
     }
@@ -30,7 +31,7 @@ impl CpuBackend {
 }
 
 macro_rules! arena_backend {
-    ($t:ty, $name:expr, $capture:expr, $reference:expr) => {
+    ($t:ty, $name:expr, $capture:expr, $kernels:expr) => {
         impl Backend for $t {
             fn name(&self) -> &'static str {
                 $name
@@ -62,8 +63,7 @@ macro_rules! arena_backend {
             fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError> {
                 let cx = ExecCtx {
                     pool: &self.pool,
-                    reference: $reference,
-                    warming: false,
+                    kernels: $kernels,
                 };
                 self.arena.launch(op, &cx)
             }
@@ -74,8 +74,7 @@ macro_rules! arena_backend {
             ) -> Result<&Memory, RuntimeError> {
                 let cx = ExecCtx {
                     pool: &self.pool,
-                    reference: $reference,
-                    warming: false,
+                    kernels: $kernels,
                 };
                 self.arena.host_access(op, write, &cx)
             }
@@ -91,8 +90,7 @@ macro_rules! arena_backend {
             fn end_step(&mut self) -> Result<(), RuntimeError> {
                 let cx = ExecCtx {
                     pool: &self.pool,
-                    reference: $reference,
-                    warming: false,
+                    kernels: $kernels,
                 };
                 let r = self.arena.end_step(&cx);
                 self.pool.set_all_join(false);
@@ -113,8 +111,7 @@ macro_rules! arena_backend {
             fn replay(&mut self, plan: &Plan) -> Result<(), RuntimeError> {
                 let cx = ExecCtx {
                     pool: &self.pool,
-                    reference: $reference,
-                    warming: false,
+                    kernels: $kernels,
                 };
                 self.arena.replay(plan, &cx, None)
             }
@@ -124,8 +121,7 @@ macro_rules! arena_backend {
             fn replay_profiled(&mut self, plan: &Plan) -> Result<OpProfile, RuntimeError> {
                 let cx = ExecCtx {
                     pool: &self.pool,
-                    reference: $reference,
-                    warming: false,
+                    kernels: $kernels,
                 };
                 let mut profile = OpProfile::default();
                 self.arena.replay(plan, &cx, Some(&mut profile))?;
@@ -136,4 +132,4 @@ macro_rules! arena_backend {
 }
 pub(crate) use arena_backend;
 
-arena_backend!(CpuBackend, "cpu", true, false);
+arena_backend!(CpuBackend, "cpu", true, &crate::kernels::FAST);

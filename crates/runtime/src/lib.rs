@@ -18,6 +18,7 @@ mod backend;
 mod buffer;
 mod cpu;
 mod error;
+pub mod kernels;
 mod op;
 mod reference;
 
@@ -25,5 +26,6 @@ pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
 pub use cpu::CpuBackend;
 pub use error::RuntimeError;
+pub use kernels::Kernels;
 pub use op::{ExecCtx, Op, OpProfile};
 pub use reference::ReferenceBackend;

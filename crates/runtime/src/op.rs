@@ -4,18 +4,14 @@ use std::time::Duration;
 
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::{BufRef, Memory, RuntimeError};
+use crate::{BufRef, Kernels, Memory, RuntimeError};
 
-/// Where an op runs: the backend's thread pool, and whether it must use the reference (scalar,
-/// single-thread) kernels.
+/// Where an op runs: the backend's thread pool and kernel table. An op computes with these and
+/// never asks which backend it runs on.
 #[derive(Clone, Copy)]
 pub struct ExecCtx<'a> {
     pub pool: &'a ThreadPool,
-    pub reference: bool,
-    /// A warm-up step: ops must take every buffer and scratch a real run of this shape takes
-    /// (that is what the step is for) but may skip arithmetic whose result nobody reads, such
-    /// as the products of a matmul (a start-up prefill of 2048 zero rows would cost seconds).
-    pub warming: bool,
+    pub kernels: &'a Kernels,
 }
 
 /// One step of a forward pass over buffers named when the op was built. An op holds no
@@ -28,6 +24,13 @@ pub trait Op: Send {
     /// buffers' lifetimes (first and last use) from these.
     fn buffers(&self, visit: &mut dyn FnMut(BufRef));
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError>;
+    /// The op in a warm step, which runs on whatever its inputs hold to size buffers and
+    /// per-thread scratch before a capture (its kernels are the backend's warm table): by
+    /// default the op itself; an op with effects that outlive the step (the K/V store, state
+    /// updates) does nothing instead.
+    fn warm(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        self.run(mem, cx)
+    }
 }
 
 /// Time spent per op name in one profiled replay, in first-seen order.

@@ -1,8 +1,8 @@
 //! The reference backend: one thread, the scalar kernels, no capture.
 //!
-//! It runs the same ops as [`crate::CpuBackend`] through their reference paths, so a model's
-//! fast kernels can be cross-checked against it, and an engine on it always takes its eager
-//! fallback.
+//! It runs the same ops as [`crate::CpuBackend`] with the scalar kernel table
+//! ([`crate::kernels::REFERENCE`]), so a model's fast kernels can be cross-checked against it,
+//! and an engine on it always takes its eager fallback.
 
 use std::any::Any;
 
@@ -20,7 +20,7 @@ pub struct ReferenceBackend {
 impl ReferenceBackend {
     pub fn new() -> ReferenceBackend {
         ReferenceBackend {
-            arena: Arena::new(),
+            arena: Arena::new(&crate::kernels::REFERENCE),
             pool: ThreadPool::new(1),
         }
     }
@@ -32,4 +32,9 @@ impl Default for ReferenceBackend {
     }
 }
 
-arena_backend!(ReferenceBackend, "reference", false, true);
+arena_backend!(
+    ReferenceBackend,
+    "reference",
+    false,
+    &crate::kernels::REFERENCE
+);

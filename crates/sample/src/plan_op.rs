@@ -67,16 +67,19 @@ impl Op for SampleOp {
         }
     }
 
+    fn warm(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        // Every thread may sample a row in a replay: size their scratch now.
+        let vocab = self.vocab.max(1);
+        cx.pool.run(|_, _| crate::sampler::reserve_scratch(vocab));
+        self.run(mem, cx)
+    }
+
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let mut logits = mem.f32_mut(name, self.logits)?;
         let mut rows = mem.host_mut::<SampleRows>(name, self.rows)?;
         let mut ids = mem.u32_mut(name, self.token_ids)?;
         let vocab = self.vocab.max(1);
-        if cx.warming {
-            // Every thread may sample a row in a replay: size their scratch now.
-            cx.pool.run(|_, _| crate::sampler::reserve_scratch(vocab));
-        }
         let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
         let sample_row = |row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
             if !row.active {
@@ -89,7 +92,7 @@ impl Op for SampleOp {
             row.result = Some(result);
         };
         let active = rows.rows[..n].iter().filter(|r| r.active).count();
-        if cx.reference || active <= 1 {
+        if cx.pool.n_threads() <= 1 || active <= 1 {
             for ((row, id), row_logits) in rows.rows[..n]
                 .iter_mut()
                 .zip(ids.iter_mut())

@@ -65,12 +65,13 @@ impl Op for GdnCore {
         }
     }
 
-    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        if cx.warming {
-            // A warm-up step runs on whatever the inputs hold: it must not touch the
-            // persistent recurrent states (its work buffers are arena buffers, no scratch to size).
-            return Ok(());
-        }
+    fn warm(&self, _mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        // A warm step runs on whatever the inputs hold: it must not touch the states (its work
+        // buffers are arena buffers, no scratch to size).
+        Ok(())
+    }
+
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let Mixer::Linear(g) = &self.model.layers[self.layer].mixer else {
             return Err(RuntimeError::op(name, "not a linear-attention layer"));

@@ -33,12 +33,11 @@ impl Op for RestoreStates {
             visit(rec);
         }
     }
-    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        if cx.warming {
-            // A warm-up step runs on whatever the inputs hold: it must not touch the
-            // persistent recurrent states.
-            return Ok(());
-        }
+    fn warm(&self, _mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        // A warm step runs on whatever the inputs hold: it must not touch the states.
+        Ok(())
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
         let slots = mem.u32(name, self.state_slots)?;
         let restores = mem.i32(name, self.restore_slots)?;

@@ -8,10 +8,7 @@
 
 use std::sync::Arc;
 
-use oxllm_kernels::matmul::{
-    matmul, matmul_many_prepare, matmul_reference, quantize_acts_into, quantize_acts_reference,
-    QMatrix, QuantizedActs,
-};
+use oxllm_kernels::matmul::{QMatrix, QuantizedActs};
 use oxllm_kernels::ops;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
@@ -105,20 +102,8 @@ fn project(
     let dt = w.activation_dtype();
     let x = &x[..rows * cols];
     let out = &mut out[..rows * w.rows()];
-    if cx.reference {
-        quantize_acts_reference(x, rows, cols, dt, qa).map_err(|e| RuntimeError::op(NAME, e))?;
-        matmul_reference(w, qa, out).map_err(|e| RuntimeError::op(NAME, e))
-    } else {
-        quantize_acts_into(cx.pool, x, rows, cols, dt, qa)
-            .map_err(|e| RuntimeError::op(NAME, e))?;
-        let r = if cx.warming {
-            // A warm-up step only sizes buffers: no products.
-            matmul_many_prepare(cx.pool, &mut [(w, &*qa, out)])
-        } else {
-            matmul(cx.pool, w, qa, out)
-        };
-        r.map_err(|e| RuntimeError::op(NAME, e))
-    }
+    (cx.kernels.quantize)(cx.pool, x, rows, cols, dt, qa).map_err(|e| RuntimeError::op(NAME, e))?;
+    (cx.kernels.matmul)(cx.pool, &mut [(w, &*qa, out)]).map_err(|e| RuntimeError::op(NAME, e))
 }
 
 /// `DenseMlp::forward` on the first `rows` rows of `x`, into `y` (`[rows, hidden]`).

@@ -4,13 +4,8 @@
 use std::sync::Arc;
 
 use oxllm_core::DType;
-use oxllm_kernels::attention::{
-    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape, KvElem,
-};
-use oxllm_kernels::matmul::{
-    add_bias, matmul_many, matmul_many_prepare, matmul_reference, quantize_acts_into,
-    quantize_acts_reference, QMatrix,
-};
+use oxllm_kernels::attention::{store_kv, AttnMetadata, AttnShape};
+use oxllm_kernels::matmul::{add_bias, QMatrix};
 use oxllm_kernels::ops;
 use oxllm_kernels::pool::{for_parts_mut, SharedMut};
 use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
@@ -159,12 +154,8 @@ impl Op for Quantize {
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let x = mem.f32(self.name(), self.x)?;
         let mut out = mem.qacts_mut(self.name(), self.out)?;
-        let r = if cx.reference {
-            quantize_acts_reference(&x, self.rows, self.cols, self.dtype, &mut out)
-        } else {
-            quantize_acts_into(cx.pool, &x, self.rows, self.cols, self.dtype, &mut out)
-        };
-        r.map_err(|e| RuntimeError::op(self.name(), e))
+        (cx.kernels.quantize)(cx.pool, &x, self.rows, self.cols, self.dtype, &mut out)
+            .map_err(|e| RuntimeError::op(self.name(), e))
     }
 }
 
@@ -191,25 +182,13 @@ impl<const N: usize, M: Send + Sync + 'static> Op for Project<N, M> {
         let ws: [&QMatrix; N] = std::array::from_fn(|k| (self.mats[k].0)(&self.model, self.layer));
         let acts = try_array::<_, _, N>(|k| mem.qacts(name, self.acts[k]))?;
         let mut outs = try_array::<_, _, N>(|k| mem.f32_mut(name, self.outs[k]))?;
-        if cx.reference {
-            for k in 0..N {
-                matmul_reference(ws[k], &acts[k], &mut outs[k])
-                    .map_err(|e| RuntimeError::op(name, e))?;
-            }
-        } else {
-            let mut k = 0;
-            let mut jobs = outs.each_mut().map(|o| {
-                let job = (ws[k], &*acts[k], &mut **o);
-                k += 1;
-                job
-            });
-            let r = if cx.warming {
-                matmul_many_prepare(cx.pool, &mut jobs)
-            } else {
-                matmul_many(cx.pool, &mut jobs)
-            };
-            r.map_err(|e| RuntimeError::op(name, e))?;
-        }
+        let mut k = 0;
+        let mut jobs = outs.each_mut().map(|o| {
+            let job = (ws[k], &*acts[k], &mut **o);
+            k += 1;
+            job
+        });
+        (cx.kernels.matmul)(cx.pool, &mut jobs).map_err(|e| RuntimeError::op(name, e))?;
         for (k, out) in outs.iter_mut().enumerate() {
             if let Some(bias) = self.mats[k].1.and_then(|b| b(&self.model, self.layer)) {
                 add_bias(out, bias);
@@ -308,12 +287,11 @@ impl Op for StoreKv {
             visit(b);
         }
     }
-    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        if cx.warming {
-            // A warm-up step runs on whatever the inputs hold: it must not touch the
-            // persistent K/V cache.
-            return Ok(());
-        }
+    fn warm(&self, _mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+        // A warm step runs on whatever the inputs hold: it must not touch the K/V cache.
+        Ok(())
+    }
+    fn run(&self, mem: &Memory, _cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let slots = mem.i32(self.name(), self.slot_mapping)?;
         let (k, v) = (mem.f32(self.name(), self.k)?, mem.f32(self.name(), self.v)?);
         let kw = self.kv_width;
@@ -401,31 +379,14 @@ impl Op for Attention {
         match self.k_cache.kind() {
             BufKind::F16 => {
                 let (kc, vc) = (mem.f16(name, self.k_cache)?, mem.f16(name, self.v_cache)?);
-                run_attention(cx, &q, &kc, &vc, &meta, self.shape, &mut out);
+                (cx.kernels.attention_f16)(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
             }
             _ => {
                 let (kc, vc) = (mem.f32(name, self.k_cache)?, mem.f32(name, self.v_cache)?);
-                run_attention(cx, &q, &kc, &vc, &meta, self.shape, &mut out);
+                (cx.kernels.attention_f32)(cx.pool, &q, &kc, &vc, &meta, self.shape, &mut out);
             }
         }
         Ok(())
-    }
-}
-
-/// The reference backend's scalar attention or the fast one, over a cache of `E`.
-fn run_attention<E: KvElem>(
-    cx: &ExecCtx<'_>,
-    q: &[f32],
-    kc: &[E],
-    vc: &[E],
-    meta: &AttnMetadata<'_>,
-    shape: AttnShape,
-    out: &mut [f32],
-) {
-    if cx.reference {
-        paged_attention_scalar(cx.pool, q, kc, vc, meta, shape, out);
-    } else {
-        paged_attention(cx.pool, q, kc, vc, meta, shape, out);
     }
 }
 

@@ -1,0 +1,81 @@
+//! Each backend's kernel table: the functions its ops compute with.
+//!
+//! An op never asks which backend runs it: it calls the kernels of the [`ExecCtx`] it is given
+//! (`cx.kernels.matmul`, ...). [`CpuBackend`](crate::CpuBackend) hands ops [`FAST`] (SIMD
+//! kernels chosen for the CPU, work split over the thread pool) and, in a warm step,
+//! [`WARM`] (the same, but matmuls only build their plans: a warm step sizes buffers and
+//! scratch, and nobody reads its products); [`ReferenceBackend`](crate::ReferenceBackend)
+//! hands them [`REFERENCE`] (the scalar kernels, one thread). A device backend brings its own
+//! table.
+
+use half::f16;
+use oxllm_core::DType;
+use oxllm_kernels::attention::{paged_attention, paged_attention_scalar, AttnMetadata, AttnShape};
+use oxllm_kernels::matmul::{
+    matmul_many, matmul_many_prepare, matmul_reference, quantize_acts_into,
+    quantize_acts_reference, QMatrix, QuantizedActs,
+};
+use oxllm_kernels::pool::ThreadPool;
+use oxllm_kernels::quant::QuantError;
+
+/// `out = acts · Wᵀ` for each job, in one dispatch.
+pub type MatmulFn =
+    fn(&ThreadPool, &mut [(&QMatrix, &QuantizedActs, &mut [f32])]) -> Result<(), QuantError>;
+/// Quantizes `rows x cols` activations into the format `dtype`.
+pub type QuantizeFn =
+    fn(&ThreadPool, &[f32], usize, usize, DType, &mut QuantizedActs) -> Result<(), QuantError>;
+/// Causal paged attention over a cache of `E` values.
+pub type AttentionFn<E> =
+    fn(&ThreadPool, &[f32], &[E], &[E], &AttnMetadata<'_>, AttnShape, &mut [f32]);
+
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    pub name: &'static str,
+    pub quantize: QuantizeFn,
+    pub matmul: MatmulFn,
+    pub attention_f32: AttentionFn<f32>,
+    pub attention_f16: AttentionFn<f16>,
+}
+
+pub static FAST: Kernels = Kernels {
+    name: "fast",
+    quantize: quantize_acts_into,
+    matmul: matmul_many,
+    attention_f32: paged_attention::<f32>,
+    attention_f16: paged_attention::<f16>,
+};
+
+pub static WARM: Kernels = Kernels {
+    name: "warm",
+    matmul: matmul_many_prepare,
+    ..FAST
+};
+
+pub static REFERENCE: Kernels = Kernels {
+    name: "reference",
+    quantize: quantize_reference,
+    matmul: matmul_jobs_reference,
+    attention_f32: paged_attention_scalar::<f32>,
+    attention_f16: paged_attention_scalar::<f16>,
+};
+
+fn quantize_reference(
+    _pool: &ThreadPool,
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    dtype: DType,
+    out: &mut QuantizedActs,
+) -> Result<(), QuantError> {
+    quantize_acts_reference(x, rows, cols, dtype, out)
+}
+
+fn matmul_jobs_reference(
+    _pool: &ThreadPool,
+    jobs: &mut [(&QMatrix, &QuantizedActs, &mut [f32])],
+) -> Result<(), QuantError> {
+    for (w, acts, out) in jobs.iter_mut() {
+        matmul_reference(w, acts, out)?;
+    }
+    Ok(())
+}
