@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxllm_engine::{EngineConfig, KvCacheSize, PlanMode};
-use oxllm_server::{AppState, ServerConfig};
+use oxllm_server::{AppState, ServerConfig, Stopped};
 
 use crate::generate::default_model_path;
 use crate::state_args::{print_state_summary, StateArgs};
@@ -58,7 +58,9 @@ pub struct ServeArgs {
     /// for f32 models, f16 otherwise).
     #[arg(long, default_value = "auto")]
     kv_cache_dtype: oxllm_engine::KvCacheDtype,
-    /// Seconds running requests get to finish after SIGTERM/SIGINT.
+    /// Seconds running requests get to finish after SIGTERM/SIGINT (match Kubernetes'
+    /// `terminationGracePeriodSeconds`, less a few seconds). `/health` answers 503 meanwhile;
+    /// a second signal stops at once.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
     #[command(flatten)]
@@ -134,7 +136,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let stopped = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
             .with_context(|| format!("binding {}:{}", args.host, args.port))?;
@@ -143,10 +145,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         eprintln!(
             "try:\n  curl http://{addr}/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}], \"max_tokens\": 64}}'"
         );
-        oxllm_server::serve(listener, state, oxllm_server::signal()).await?;
-        eprintln!("oxllm serve: stopped");
-        anyhow::Ok(())
+        let stopped = oxllm_server::serve_until(listener, state, oxllm_server::signals()).await?;
+        anyhow::Ok(stopped)
     })?;
+    if stopped == Stopped::Forced {
+        // A second Ctrl-C means now: do not wait for the engine's step or the runtime's tasks.
+        eprintln!("oxllm serve: stopped at once (second signal)");
+        std::process::exit(130);
+    }
+    eprintln!("oxllm serve: stopped");
     drop(runtime);
     engine.shutdown();
     Ok(())

@@ -67,6 +67,15 @@ impl ApiError {
         }
     }
 
+    /// 503 with `Retry-After`: the server is draining for a stop (another replica can answer).
+    pub fn shutting_down(message: impl Into<String>) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+        .with_code("server_shutting_down")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

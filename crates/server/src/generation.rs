@@ -3,7 +3,8 @@
 //! A [`Run`] owns the [`RequestStream`]s of all choices (prompt `p`, sample `j` has index
 //! `p * n + j`) and the admission guard: dropping it — the client went away, or the response
 //! is complete — drops the streams, which makes the engine abort and free their blocks. Each
-//! choice's latency and token counts are recorded in the metrics as its events pass.
+//! choice's latency and token counts are recorded in the metrics as its events pass. When the
+//! shutdown grace ends, a run still in flight yields a 503 instead of its next event.
 
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use oxllm_engine::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob}
 use oxllm_sample::SamplingParams;
 
 use crate::admission::AdmitGuard;
+use crate::drain::{self, GraceWatch};
 use crate::error::ApiError;
 use crate::metrics::Finished;
 use crate::state::AppState;
@@ -25,6 +27,7 @@ pub struct Run {
     pub n: usize,
     /// The request field holding the prompt (`prompt` or `messages`), for engine errors.
     pub prompt_param: &'static str,
+    grace: GraceWatch,
     _guard: AdmitGuard,
 }
 
@@ -58,14 +61,23 @@ pub fn submit(
         len: prompts.len() * n,
         n,
         prompt_param,
+        grace: state.drain().watch_expiry(),
         _guard: guard,
     })
 }
 
 impl Run {
-    /// The next event of any choice; `None` once every choice has ended.
-    pub async fn next(&mut self) -> Option<(usize, RequestEvent)> {
-        self.events.next().await
+    /// The next event of any choice; `None` once every choice has ended; a 503 once the
+    /// shutdown grace has ended (the run should then be dropped, which aborts its choices).
+    pub async fn next(&mut self) -> Result<Option<(usize, RequestEvent)>, ApiError> {
+        if self.grace.has_expired() {
+            return Err(drain::grace_expired());
+        }
+        tokio::select! {
+            biased;
+            () = self.grace.expired() => Err(drain::grace_expired()),
+            ev = self.events.next() => Ok(ev),
+        }
     }
 }
 
@@ -74,6 +86,7 @@ struct Tracker {
     state: AppState,
     start: Instant,
     first: Option<Instant>,
+    last: Option<Instant>,
     done: bool,
 }
 
@@ -81,13 +94,27 @@ impl Tracker {
     fn on_event(&mut self, ev: &RequestEvent) {
         match ev {
             RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
-                if self.first.is_none() {
-                    let now = Instant::now();
-                    self.first = Some(now);
-                    self.state
+                let now = Instant::now();
+                match self.last {
+                    None => {
+                        self.first = Some(now);
+                        self.state
+                            .metrics()
+                            .observe_first_token(now.duration_since(self.start));
+                        // The first token's wait is the TTFT; the rest of its delta came with it.
+                        if token_ids.len() > 1 {
+                            let gaps = token_ids.len() - 1;
+                            self.state
+                                .metrics()
+                                .observe_inter_token(std::time::Duration::ZERO, gaps);
+                        }
+                    }
+                    Some(last) => self
+                        .state
                         .metrics()
-                        .observe_first_token(now.duration_since(self.start));
+                        .observe_inter_token(now.duration_since(last), token_ids.len()),
                 }
+                self.last = Some(now);
             }
             RequestEvent::Delta { .. } => {}
             RequestEvent::Finished {
@@ -140,6 +167,7 @@ fn tracked(
         state,
         start: Instant::now(),
         first: None,
+        last: None,
         done: false,
     };
     stream::unfold((stream, tracker), move |(mut s, mut t)| async move {
@@ -165,7 +193,7 @@ pub struct Collected {
 /// Waits for every choice; an engine error is answered by its variant.
 pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
     let mut out = vec![Collected::default(); run.len];
-    while let Some((i, ev)) = run.next().await {
+    while let Some((i, ev)) = run.next().await? {
         let Some(c) = out.get_mut(i) else { continue };
         match ev {
             RequestEvent::Delta {

@@ -9,10 +9,12 @@
 //! client that disconnects) aborts the requests.
 //!
 //! Entry points: [`start_engine`] loads a model and starts the engine, [`AppState::new`] wraps
-//! its handle, [`serve`] runs the server until a shutdown future (e.g. [`signal`]) completes.
+//! its handle, [`serve_until`] runs the server until stop signals (e.g. [`signals`]) end it: the
+//! first drains ([`drain`]), a second stops at once.
 
 pub mod admission;
 pub mod config;
+pub mod drain;
 pub mod error;
 pub mod generation;
 pub mod ids;
@@ -27,10 +29,11 @@ pub mod routes;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
+pub mod vllm_metrics;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ServerError};
 pub use load::start_engine;
 pub use routes::router;
-pub use shutdown::{serve, signal};
+pub use shutdown::{serve, serve_until, signals, Stopped};
 pub use state::AppState;

@@ -1,5 +1,7 @@
 //! Prometheus metrics: the server's own counters and latency histograms, plus gauges read from
-//! the engine's published [`EngineStats`] at scrape time, rendered in the text exposition format.
+//! the engine's published [`EngineStats`] at scrape time, rendered in the text exposition format
+//! under oxllm's names and, for routers and dashboards made for vLLM, under vLLM's
+//! ([`crate::vllm_metrics`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -16,7 +18,7 @@ const TPOT_BUCKETS: &[f64] = &[
 ];
 
 #[derive(Clone, Debug)]
-struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
@@ -34,35 +36,50 @@ impl Histogram {
     }
 
     fn observe(&mut self, v: f64) {
+        self.observe_n(v, 1);
+    }
+
+    fn observe_n(&mut self, v: f64, n: u64) {
         if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
-            self.counts[i] += 1;
+            self.counts[i] += n;
         }
-        self.sum += v;
-        self.count += 1;
+        self.sum += v * n as f64;
+        self.count += n;
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
+        self.render_labelled(out, name, help, "");
+    }
+
+    /// `labels` is empty or `key="value",` pairs, each followed by a comma.
+    pub(crate) fn render_labelled(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cum = 0;
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             cum += c;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{b}\"}} {cum}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
+        let bare = match labels.trim_end_matches(',') {
+            "" => String::new(),
+            l => format!("{{{l}}}"),
+        };
+        let _ = writeln!(out, "{name}_sum{bare} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{bare} {}", self.count);
     }
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     http: BTreeMap<(&'static str, u16), u64>,
-    finished: BTreeMap<&'static str, u64>,
-    prompt_tokens: u64,
-    generation_tokens: u64,
-    ttft: Histogram,
+    pub(crate) finished: BTreeMap<&'static str, u64>,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) generation_tokens: u64,
+    pub(crate) ttft: Histogram,
     tpot: Histogram,
-    e2e: Histogram,
+    /// Every gap between two generated tokens (vLLM's `time_per_output_token`).
+    pub(crate) inter_token: Histogram,
+    pub(crate) e2e: Histogram,
 }
 
 /// The server's metrics registry.
@@ -81,6 +98,7 @@ impl Default for Metrics {
                 generation_tokens: 0,
                 ttft: Histogram::new(LATENCY_BUCKETS),
                 tpot: Histogram::new(TPOT_BUCKETS),
+                inter_token: Histogram::new(TPOT_BUCKETS),
                 e2e: Histogram::new(LATENCY_BUCKETS),
             }),
         }
@@ -116,6 +134,14 @@ impl Metrics {
         self.with(|m| m.ttft.observe(ttft.as_secs_f64()));
     }
 
+    /// `tokens` tokens generated `gap` after the previous ones: each counts `gap / tokens`.
+    pub fn observe_inter_token(&self, gap: Duration, tokens: usize) {
+        if tokens > 0 {
+            let each = gap.as_secs_f64() / tokens as f64;
+            self.with(|m| m.inter_token.observe_n(each, tokens as u64));
+        }
+    }
+
     pub fn observe_finished(&self, f: Finished) {
         self.with(|m| {
             *m.finished.entry(f.reason).or_default() += 1;
@@ -129,10 +155,17 @@ impl Metrics {
         });
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self, stats: &EngineStats, info: &EngineInfo, in_flight: usize) -> String {
-        let mut out = String::with_capacity(8192);
+    /// The Prometheus text exposition; `model_name` labels the vLLM-named series.
+    pub fn render(
+        &self,
+        stats: &EngineStats,
+        info: &EngineInfo,
+        in_flight: usize,
+        model_name: &str,
+    ) -> String {
+        let mut out = String::with_capacity(16384);
         self.with(|m| {
+            crate::vllm_metrics::render(&mut out, m, stats, info, model_name);
             out.push_str("# HELP oxllm_http_requests_total HTTP responses by endpoint and status code.\n# TYPE oxllm_http_requests_total counter\n");
             for ((endpoint, status), n) in &m.http {
                 let _ = writeln!(
@@ -335,12 +368,12 @@ mod tests {
             num_state_checkpoints: 5,
             ..EngineStats::default()
         };
-        let text = m.render(&stats, &info, 0);
+        let text = m.render(&stats, &info, 0, "m");
         assert!(text.contains("oxllm_plan_replay_steps_total 7"));
         assert!(text.contains("oxllm_eager_steps_total 2"));
         assert!(text.contains("oxllm_state_slots_in_use 3"), "{text}");
         assert!(text.contains("oxllm_state_checkpoints 5"));
-        let dense = m.render(&EngineStats::default(), &info, 0);
+        let dense = m.render(&EngineStats::default(), &info, 0, "m");
         assert!(!dense.contains("oxllm_state_slots"));
         assert!(
             text.contains("oxllm_http_requests_total{endpoint=\"completions\",status=\"400\"} 1")

@@ -1,5 +1,6 @@
 //! Server-sent events: a [`Run`]'s events turned into `data: {json}` chunks by a
-//! [`ChunkWriter`], ended by `data: [DONE]`.
+//! [`ChunkWriter`], ended by `data: [DONE]`. A run that fails (an engine error, or the shutdown
+//! grace ending) ends with one error chunk in OpenAI's error shape, then `[DONE]`.
 //!
 //! The body owns the `Run`: when the client disconnects, hyper drops the body and with it every
 //! `RequestStream`, so the engine aborts the choices and frees their blocks.
@@ -32,6 +33,16 @@ struct State<W> {
     done: bool,
 }
 
+impl<W> State<W> {
+    /// Ends the stream with `e`'s error chunk and `[DONE]`, dropping the run (its choices abort).
+    fn fail(&mut self, e: ApiError) {
+        self.run = None;
+        self.queue.push_back(e.body().to_string());
+        self.queue.push_back("[DONE]".into());
+        self.done = true;
+    }
+}
+
 /// The SSE response for `run`.
 pub fn respond<W: ChunkWriter>(run: Run, mut writer: W) -> Response {
     let mut queue = VecDeque::new();
@@ -52,19 +63,16 @@ pub fn respond<W: ChunkWriter>(run: Run, mut writer: W) -> Response {
             }
             let next = match st.run.as_mut() {
                 Some(run) => run.next().await,
-                None => None,
+                None => Ok(None),
             };
             match next {
-                Some((_, RequestEvent::Error(e))) => {
+                Ok(Some((_, RequestEvent::Error(e)))) => {
                     let param = st.run.as_ref().map_or("prompt", |r| r.prompt_param);
-                    st.run = None;
-                    st.queue
-                        .push_back(ApiError::from_engine(&e, param).body().to_string());
-                    st.queue.push_back("[DONE]".into());
-                    st.done = true;
+                    st.fail(ApiError::from_engine(&e, param))
                 }
-                Some((i, ev)) => st.writer.event(i, ev, &mut st.queue),
-                None => {
+                Err(e) => st.fail(e),
+                Ok(Some((i, ev))) => st.writer.event(i, ev, &mut st.queue),
+                Ok(None) => {
                     st.run = None;
                     st.writer.finish(&mut st.queue);
                     st.queue.push_back("[DONE]".into());

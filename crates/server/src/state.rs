@@ -9,6 +9,7 @@ use oxllm_tok::{ChatTemplate, Tokenizer};
 
 use crate::admission::{Admission, AdmitGuard};
 use crate::config::ServerConfig;
+use crate::drain::{self, Drain};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::params::ContextLimit;
@@ -26,6 +27,7 @@ struct Inner {
     config: ServerConfig,
     metrics: Metrics,
     admission: Admission,
+    drain: Drain,
 }
 
 impl AppState {
@@ -51,6 +53,7 @@ impl AppState {
             config,
             metrics: Metrics::default(),
             admission: Admission::default(),
+            drain: Drain::default(),
         }))
     }
 
@@ -68,6 +71,10 @@ impl AppState {
 
     pub fn admission(&self) -> &Admission {
         &self.0.admission
+    }
+
+    pub fn drain(&self) -> &Drain {
+        &self.0.drain
     }
 
     /// The tokenizer, or 400 for a model without one.
@@ -135,7 +142,11 @@ impl AppState {
 
     /// Admits `n` engine requests or answers 503 (busy now, retry) or 400 naming `n` (more
     /// choices than this server holds running and waiting together: no retry would succeed).
+    /// While the server drains, 503 (another replica can answer).
     pub fn admit(&self, n: usize) -> Result<AdmitGuard, ApiError> {
+        if self.0.drain.is_draining() {
+            return Err(drain::refused_while_draining());
+        }
         let capacity = self.0.engine.info().max_num_seqs + self.0.config.max_waiting;
         if n > capacity {
             return Err(ApiError::invalid_param(

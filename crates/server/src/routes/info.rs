@@ -27,16 +27,24 @@ pub async fn models(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
-/// 200 with an empty body: the model is loaded (the server only listens after that).
-pub async fn health() -> StatusCode {
-    StatusCode::OK
+/// 200 with an empty body: the model is loaded and the plans captured (the server only listens
+/// after that); 503 once a stop signal came (draining: send no new requests here).
+pub async fn health(State(state): State<AppState>) -> StatusCode {
+    if state.drain().is_draining() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
 }
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let stats = state.engine().stats();
-    let body = state
-        .metrics()
-        .render(&stats, state.engine().info(), state.admission().in_flight());
+    let body = state.metrics().render(
+        &stats,
+        state.engine().info(),
+        state.admission().in_flight(),
+        &state.config().served_model_name,
+    );
     (
         [(
             header::CONTENT_TYPE,

@@ -5,6 +5,7 @@
 
 mod api;
 mod client;
+mod deploy;
 mod errors;
 mod harness;
 mod limits;
