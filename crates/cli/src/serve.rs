@@ -137,6 +137,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let stopped = runtime.block_on(async move {
+        // Handlers first: a stop signal that comes as soon as we say we listen must drain.
+        let signals = oxllm_server::signals();
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
             .with_context(|| format!("binding {}:{}", args.host, args.port))?;
@@ -145,7 +147,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         eprintln!(
             "try:\n  curl http://{addr}/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}], \"max_tokens\": 64}}'"
         );
-        let stopped = oxllm_server::serve_until(listener, state, oxllm_server::signals()).await?;
+        let stopped = oxllm_server::serve_until(listener, state, signals).await?;
         anyhow::Ok(stopped)
     })?;
     if stopped == Stopped::Forced {
