@@ -101,6 +101,7 @@ fn request(ids: Vec<u32>, max_tokens: usize) -> GenerationRequest {
             ..SamplingParams::greedy()
         },
         choice: 0,
+        constraint: None,
     }
 }
 

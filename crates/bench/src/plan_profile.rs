@@ -58,6 +58,7 @@ pub fn profile_decode_replay(
             logits,
             rows,
             token_ids: ids,
+            mask: None,
             vocab: c.vocab_size,
         }))
         .map_err(|e| err(&e))?;

@@ -170,6 +170,7 @@ fn parse_line(
         prompt_ids,
         params,
         choice: 0,
+        constraint: None,
     })
 }
 

@@ -217,6 +217,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         prompt_ids: prompt_ids.clone(),
         params,
         choice: 0,
+        constraint: None,
     })?;
     while let Some(event) = stream.blocking_next() {
         match event {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::{Sampler, StopChecker};
 use oxllm_sched::{Request, Scheduler};
+use oxllm_structured::{Constraint, StructuredError};
 use oxllm_tok::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -38,6 +39,9 @@ pub struct EngineStats {
     pub num_state_slots_total: usize,
     pub num_state_slots_free: usize,
     pub num_state_checkpoints: usize,
+    /// Constrained decoding: token masks computed so far and the seconds they took.
+    pub masks_computed: u64,
+    pub mask_seconds: f64,
 }
 
 impl EngineStats {
@@ -59,6 +63,9 @@ struct LiveRequest<'t> {
     prompt_tokens: usize,
     completion_tokens: usize,
     cached_tokens: Option<usize>,
+    /// Constrained decoding: the request's grammar and its next step's mask words.
+    constraint: Option<Box<Constraint>>,
+    mask: Vec<u32>,
 }
 
 pub(crate) struct EngineCore<'t> {
@@ -73,6 +80,8 @@ pub(crate) struct EngineCore<'t> {
     prompt_tokens_computed: u64,
     generated_tokens: u64,
     seed_base: u64,
+    masks_computed: u64,
+    mask_seconds: f64,
 }
 
 impl<'t> EngineCore<'t> {
@@ -99,6 +108,8 @@ impl<'t> EngineCore<'t> {
             prompt_tokens_computed: 0,
             generated_tokens: 0,
             seed_base,
+            masks_computed: 0,
+            mask_seconds: 0.0,
         };
         core.publish_stats();
         core
@@ -134,6 +145,10 @@ impl<'t> EngineCore<'t> {
             }
         }
         let prompt_tokens = req.prompt_ids.len();
+        let mask = req
+            .constraint
+            .as_ref()
+            .map_or_else(Vec::new, |c| vec![0; c.mask_words()]);
         self.scheduler
             .add_request(Request::new(id, req.prompt_ids, p.max_tokens, stop_ids))?;
         self.live.insert(
@@ -147,6 +162,8 @@ impl<'t> EngineCore<'t> {
                 prompt_tokens,
                 completion_tokens: 0,
                 cached_tokens: None,
+                constraint: req.constraint,
+                mask,
             },
         );
         Ok(())
@@ -219,18 +236,27 @@ impl<'t> EngineCore<'t> {
             .enumerate()
             .map(|(i, &id)| (id, i))
             .collect();
+        let mask_failures = self.compute_masks(&sampling);
         let mut jobs: Vec<Option<SampleJob<'_>>> = sampling.iter().map(|_| None).collect();
         for (id, live) in self.live.iter_mut() {
+            if mask_failures.iter().any(|(f, _)| f == id) {
+                continue;
+            }
             if let (Some(&row), Some(req)) = (row_of.get(id), self.scheduler.request(*id)) {
+                let constrained = live.constraint.as_ref().is_some_and(|c| c.is_active());
                 jobs[row] = Some(SampleJob {
                     sampler: &mut live.sampler,
                     prompt: req.prompt(),
                     output: req.output(),
+                    mask: constrained.then_some(live.mask.as_slice()),
                 });
             }
         }
         let executed = self.runner.execute(&out, &mut jobs);
         drop(jobs);
+        for (id, err) in mask_failures {
+            self.fail(id, err.into());
+        }
         let (arrays, outcomes) = match executed {
             Ok(r) => r,
             Err(e) => {
@@ -246,11 +272,23 @@ impl<'t> EngineCore<'t> {
         let mut sampled = Vec::with_capacity(arrays.sample_req_ids.len());
         let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
         for (&id, outcome) in arrays.sample_req_ids.iter().zip(outcomes) {
-            let Some(live) = self.live.get(&id) else {
+            if !self.live.contains_key(&id) {
                 continue;
-            };
+            }
             match outcome {
                 Some(Ok(s)) => {
+                    let advanced = match self.live.get_mut(&id).and_then(|l| l.constraint.as_mut())
+                    {
+                        Some(c) => c.advance(s.token),
+                        None => Ok(()),
+                    };
+                    if let Err(e) = advanced {
+                        self.fail(id, e.into());
+                        continue;
+                    }
+                    let Some(live) = self.live.get(&id) else {
+                        continue;
+                    };
                     if live.want_logprobs {
                         logprobs.insert(
                             id,
@@ -293,6 +331,28 @@ impl<'t> EngineCore<'t> {
             );
         }
         self.publish_stats();
+    }
+
+    /// Fills the masks of this step's constrained sampling rows; returns the requests whose
+    /// grammar failed (they are failed after the step, like a failed draw).
+    fn compute_masks(&mut self, sampling: &[ReqId]) -> Vec<(ReqId, StructuredError)> {
+        let mut failures = Vec::new();
+        for id in sampling {
+            let Some(live) = self.live.get_mut(id) else {
+                continue;
+            };
+            let Some(c) = live.constraint.as_mut().filter(|c| c.is_active()) else {
+                continue;
+            };
+            let before = c.stats();
+            if let Err(e) = c.fill_mask(&mut live.mask) {
+                failures.push((*id, e));
+            }
+            let after = c.stats();
+            self.masks_computed += after.masks - before.masks;
+            self.mask_seconds += after.seconds - before.seconds;
+        }
+        failures
     }
 
     fn deliver(
@@ -398,6 +458,8 @@ impl<'t> EngineCore<'t> {
             num_state_slots_total: slots.map_or(0, |s| s.num_slots()),
             num_state_slots_free: slots.map_or(0, |s| s.num_free()),
             num_state_checkpoints: kv.checkpoint_stats().map_or(0, |c| c.committed),
+            masks_computed: self.masks_computed,
+            mask_seconds: self.mask_seconds,
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snapshot;

@@ -42,6 +42,9 @@ pub enum EngineError {
     Scheduler(#[from] oxllm_sched::SchedError),
     #[error(transparent)]
     Model(#[from] oxllm_models::ModelError),
+    /// A constrained request's grammar failed mid-generation.
+    #[error(transparent)]
+    Structured(#[from] oxllm_structured::StructuredError),
     /// One request's sampler or detokenizer failed (an engine bug).
     #[error("{0}")]
     RequestFailed(String),

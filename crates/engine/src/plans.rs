@@ -25,7 +25,7 @@ use oxllm_models::graph::{
 use oxllm_models::hybrid::HybridModel;
 use oxllm_models::{LlamaModel, Model, ModelError, ModelKind};
 use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, ReferenceBackend};
-use oxllm_sample::plan_op::{SampleOp, SampleRows};
+use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
 use oxllm_sched::BatchArrays;
 
 use crate::config::{BackendKind, KvCacheDtype, PlanMode};
@@ -74,6 +74,8 @@ pub(crate) struct GraphExec {
     kv: KvBuffers,
     inputs: StepBuffers,
     sample_rows: BufRef,
+    /// Token masks of the sampling rows (a step input: constrained rows' allowed tokens).
+    token_masks: BufRef,
     sampled_ids: BufRef,
     buckets: Vec<Bucket>,
     vocab: usize,
@@ -162,12 +164,16 @@ impl GraphExec {
             .alloc_host(Box::new(SampleRows::new(rows)?))
             .map_err(rt)?;
         let sampled_ids = backend.alloc_persistent(BufKind::U32, rows).map_err(rt)?;
+        let token_masks = backend
+            .alloc_persistent(BufKind::U32, rows * mask_words(vocab))
+            .map_err(rt)?;
         let mut exec = GraphExec {
             backend,
             forward,
             kv,
             inputs,
             sample_rows,
+            token_masks,
             sampled_ids,
             buckets: Vec::new(),
             vocab,
@@ -209,6 +215,7 @@ impl GraphExec {
             logits,
             rows: self.sample_rows,
             token_ids: self.sampled_ids.prefix(view.logits()),
+            mask: Some(self.token_masks),
             vocab: self.vocab,
         }))?;
         Ok(())
@@ -357,14 +364,25 @@ impl GraphExec {
             let mut rows = mem
                 .host_mut::<SampleRows>(OP, self.sample_rows)
                 .map_err(rt)?;
+            let mut masks = mem.u32_mut(OP, self.token_masks).map_err(rt)?;
+            let words = mask_words(self.vocab);
             for row in rows.rows.iter_mut() {
                 row.active = false;
+                row.masked = false;
             }
             for (job, &r) in jobs.iter_mut().zip(&job_rows) {
                 let (Some(job), Some(row)) = (job, rows.rows.get_mut(r)) else {
                     continue;
                 };
                 row.active = true;
+                if let (Some(mask), Some(dst)) =
+                    (job.mask, masks.get_mut(r * words..(r + 1) * words))
+                {
+                    let n = mask.len().min(words);
+                    dst[..n].copy_from_slice(&mask[..n]);
+                    dst[n..].fill(0);
+                    row.masked = true;
+                }
                 std::mem::swap(&mut row.sampler, job.sampler);
                 row.prompt.clear();
                 row.output.clear();

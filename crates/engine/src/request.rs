@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::SamplingParams;
+use oxllm_structured::Constraint;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::EngineError;
@@ -16,6 +17,9 @@ pub struct GenerationRequest {
     pub params: SamplingParams,
     /// Which of `n` choices this is (gives each choice its own random stream).
     pub choice: usize,
+    /// Constrained decoding: the grammar the output must follow (compiled at admission;
+    /// boxed so requests stay small on the engine's channel).
+    pub constraint: Option<Box<Constraint>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -16,11 +16,13 @@ use crate::config::{BackendKind, KvCacheDtype, PlanMode};
 use crate::plans::{GraphExec, PlanReport};
 use crate::EngineError;
 
-/// One sampling row's request: its sampler and the ids its penalties may read.
+/// One sampling row's request: its sampler, the ids its penalties may read, and its token
+/// mask when the request is constrained.
 pub(crate) struct SampleJob<'a> {
     pub sampler: &'a mut Sampler,
     pub prompt: &'a [u32],
     pub output: &'a [u32],
+    pub mask: Option<&'a [u32]>,
 }
 
 /// A sampling row's result; `None` when the row had no job.

@@ -51,6 +51,7 @@ fn req(ids: &[u32], params: SamplingParams) -> GenerationRequest {
         prompt_ids: ids.to_vec(),
         params,
         choice: 0,
+        constraint: None,
     }
 }
 

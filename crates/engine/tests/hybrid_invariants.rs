@@ -27,6 +27,7 @@ fn run(config: EngineConfig, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec
                     ..SamplingParams::greedy()
                 },
                 choice: 0,
+                constraint: None,
             })
             .unwrap()
         })

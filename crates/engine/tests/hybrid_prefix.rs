@@ -43,6 +43,7 @@ fn run(engine: &Engine, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>
                     ..SamplingParams::greedy()
                 },
                 choice: 0,
+                constraint: None,
             })
             .unwrap()
         })

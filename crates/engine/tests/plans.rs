@@ -64,6 +64,7 @@ fn run_all(engine: &Engine, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<
                 prompt_ids: p.clone(),
                 params: params.clone(),
                 choice: 0,
+                constraint: None,
             })
             .unwrap()
         })

@@ -97,6 +97,7 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
             logits,
             rows,
             token_ids: ids,
+            mask: None,
             vocab: model.config.vocab_size,
         }))
         .unwrap();
@@ -209,6 +210,7 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
             logits,
             rows,
             token_ids: ids,
+            mask: None,
             vocab,
         }))
         .unwrap();

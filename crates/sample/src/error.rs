@@ -60,4 +60,7 @@ pub enum SampleError {
     /// Every logit is NaN or negative infinity: no token can be chosen.
     #[error("no token has a finite logit")]
     NoCandidates,
+    /// A row flagged as constrained found no token mask in the step.
+    #[error("a constrained row has no token mask")]
+    MissingMask,
 }

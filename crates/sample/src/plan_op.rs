@@ -6,6 +6,11 @@
 //! back after) and, when a penalty needs them, copies of its prompt and output ids. The op runs
 //! the same [`Sampler::sample`] an eager step runs, so replay and eager draw identical tokens.
 //! Padded rows are inactive and produce [`NO_TOKEN`].
+//!
+//! Constrained decoding: the op may read a token-mask buffer (`u32` words, `ceil(vocab / 32)`
+//! per row, bit `t % 32` of word `t / 32` set when token `t` is allowed). A row flagged
+//! `masked` has every disallowed logit set to `-inf` before its sampler runs; other rows never
+//! read the buffer, so unconstrained rows draw the same tokens whatever shares their step.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -24,6 +29,8 @@ pub struct SampleRow {
     /// Prompt and output ids, filled only when the sampler's penalties need them.
     pub prompt: Vec<u32>,
     pub output: Vec<u32>,
+    /// The row's bits in the op's mask buffer hold this step's allowed tokens.
+    pub masked: bool,
     pub result: Option<Result<Sampled, SampleError>>,
 }
 
@@ -42,6 +49,7 @@ impl SampleRows {
                 sampler: placeholder.clone(),
                 prompt: Vec::new(),
                 output: Vec::new(),
+                masked: false,
                 result: None,
             })
             .collect();
@@ -54,7 +62,29 @@ pub struct SampleOp {
     pub logits: BufRef,
     pub rows: BufRef,
     pub token_ids: BufRef,
+    /// Token masks, `ceil(vocab / 32)` words per row (see the module docs); `None` when the
+    /// plan samples no constrained rows.
+    pub mask: Option<BufRef>,
     pub vocab: usize,
+}
+
+/// Words of a token mask over `vocab` tokens.
+pub fn mask_words(vocab: usize) -> usize {
+    vocab.div_ceil(32)
+}
+
+/// Sets every logit whose bit in `mask` is clear to `-inf`.
+pub fn apply_token_mask(logits: &mut [f32], mask: &[u32]) {
+    for (chunk, &word) in logits.chunks_mut(32).zip(mask) {
+        if word == u32::MAX {
+            continue;
+        }
+        for (bit, logit) in chunk.iter_mut().enumerate() {
+            if word & (1 << bit) == 0 {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
 }
 
 impl Op for SampleOp {
@@ -64,6 +94,9 @@ impl Op for SampleOp {
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.logits, self.rows, self.token_ids] {
             visit(b);
+        }
+        if let Some(m) = self.mask {
+            visit(m);
         }
     }
 
@@ -80,12 +113,26 @@ impl Op for SampleOp {
         let mut rows = mem.host_mut::<SampleRows>(name, self.rows)?;
         let mut ids = mem.u32_mut(name, self.token_ids)?;
         let vocab = self.vocab.max(1);
+        let words = mask_words(vocab);
+        let mask = self.mask.map(|m| mem.u32(name, m)).transpose()?;
+        let mask: &[u32] = mask.as_deref().unwrap_or(&[]);
         let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
-        let sample_row = |row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
+        let sample_row = |i: usize, row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
             if !row.active {
                 *id = NO_TOKEN;
                 row.result = None;
                 return;
+            }
+            if row.masked {
+                match mask.get(i * words..(i + 1) * words) {
+                    Some(bits) => apply_token_mask(row_logits, bits),
+                    None => {
+                        // A masked row without mask words would sample unconstrained.
+                        *id = NO_TOKEN;
+                        row.result = Some(Err(SampleError::MissingMask));
+                        return;
+                    }
+                }
             }
             let result = row.sampler.sample(row_logits, &row.prompt, &row.output);
             *id = result.as_ref().map_or(NO_TOKEN, |s| s.token);
@@ -93,12 +140,13 @@ impl Op for SampleOp {
         };
         let active = rows.rows[..n].iter().filter(|r| r.active).count();
         if cx.pool.n_threads() <= 1 || active <= 1 {
-            for ((row, id), row_logits) in rows.rows[..n]
+            for (i, ((row, id), row_logits)) in rows.rows[..n]
                 .iter_mut()
                 .zip(ids.iter_mut())
                 .zip(logits.chunks_exact_mut(vocab))
+                .enumerate()
             {
-                sample_row(row, id, row_logits);
+                sample_row(i, row, id, row_logits);
             }
             return Ok(());
         }
@@ -118,6 +166,7 @@ impl Op for SampleOp {
             // SAFETY: row i (its state, id and logits) is claimed by exactly one thread.
             unsafe {
                 sample_row(
+                    i,
                     &mut rows_p.slice(i, 1)[0],
                     &mut ids_p.slice(i, 1)[0],
                     logits_p.slice(i * vocab, vocab),
@@ -125,5 +174,27 @@ impl Op for SampleOp {
             };
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_keeps_allowed_logits_and_clears_the_rest() {
+        let mut logits: Vec<f32> = (0..70).map(|i| i as f32).collect();
+        let mut mask = vec![0u32; mask_words(70)];
+        for t in [0usize, 33, 64, 69] {
+            mask[t / 32] |= 1 << (t % 32);
+        }
+        apply_token_mask(&mut logits, &mask);
+        for (t, &l) in logits.iter().enumerate() {
+            if [0, 33, 64, 69].contains(&t) {
+                assert_eq!(l, t as f32);
+            } else {
+                assert_eq!(l, f32::NEG_INFINITY, "token {t}");
+            }
+        }
     }
 }

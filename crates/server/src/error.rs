@@ -123,6 +123,7 @@ impl ApiError {
             EngineError::Scheduler(_)
             | EngineError::Model(_)
             | EngineError::RequestFailed(_)
+            | EngineError::Structured(_)
             | EngineError::Config(_) => Self::internal(e.to_string()),
         }
     }

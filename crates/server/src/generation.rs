@@ -11,6 +11,7 @@ use std::time::Instant;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use oxllm_engine::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
 use oxllm_sample::SamplingParams;
+use oxllm_structured::Constraint;
 
 use crate::admission::AdmitGuard;
 use crate::drain::{self, GraceWatch};
@@ -39,6 +40,17 @@ pub fn submit(
     params: &[SamplingParams],
     prompt_param: &'static str,
 ) -> Result<Run, ApiError> {
+    submit_constrained(state, prompts, params, prompt_param, None)
+}
+
+/// [`submit`] with every choice following `constraint` (each gets its own fresh copy).
+pub fn submit_constrained(
+    state: &AppState,
+    prompts: &[Vec<u32>],
+    params: &[SamplingParams],
+    prompt_param: &'static str,
+    constraint: Option<&Constraint>,
+) -> Result<Run, ApiError> {
     let n = params.first().map_or(1, |p| p.n);
     let guard = state.admit(prompts.len() * n)?;
     let mut events = SelectAll::new();
@@ -48,6 +60,7 @@ pub fn submit(
                 prompt_ids: ids.clone(),
                 params: params.clone(),
                 choice: j,
+                constraint: constraint.cloned().map(Box::new),
             };
             let stream = state
                 .engine()

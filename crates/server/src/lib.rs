@@ -30,6 +30,7 @@ pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod vllm_metrics;
+pub mod structured;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ServerError};

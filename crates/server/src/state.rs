@@ -2,9 +2,10 @@
 //! state of the engine's, only the streams it gets back), the tokenizer and chat template, the
 //! config, metrics and admission control.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use oxllm_engine::EngineHandle;
+use oxllm_structured::GrammarCompiler;
 use oxllm_tok::{ChatTemplate, Tokenizer};
 
 use crate::admission::{Admission, AdmitGuard};
@@ -28,6 +29,8 @@ struct Inner {
     metrics: Metrics,
     admission: Admission,
     drain: Drain,
+    /// Built on the first constrained request (the token trie takes a moment to build).
+    grammar: OnceLock<Result<Arc<GrammarCompiler>, String>>,
 }
 
 impl AppState {
@@ -54,6 +57,7 @@ impl AppState {
             metrics: Metrics::default(),
             admission: Admission::default(),
             drain: Drain::default(),
+            grammar: OnceLock::new(),
         }))
     }
 
@@ -88,6 +92,22 @@ impl AppState {
 
     pub fn has_tokenizer(&self) -> bool {
         self.0.tokenizer.is_some()
+    }
+
+    /// The grammar compiler of this model's vocabulary, or why structured outputs are
+    /// unavailable. Builds it on first use: call it off the async runtime.
+    pub fn grammar_compiler(&self) -> Result<Arc<GrammarCompiler>, String> {
+        self.0
+            .grammar
+            .get_or_init(|| {
+                let tok = self.0.tokenizer.as_ref().ok_or_else(|| {
+                    "this model has no tokenizer, so outputs cannot be constrained".to_string()
+                })?;
+                GrammarCompiler::new(tok, self.0.engine.info().vocab_size)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
     }
 
     /// The chat template, or 400 saying why chat is unavailable.

@@ -13,10 +13,12 @@ mod gguf_vocab;
 mod hf_dir;
 mod incremental;
 pub mod pretok;
+mod token_bytes;
 mod tokenizer;
 
 pub use chat_template::{ChatTemplate, ChatTemplateError, ChatTemplateInputs};
 pub use error::TokError;
 pub use gguf_vocab::{GgufVocab, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 pub use incremental::IncrementalDecoder;
+pub use token_bytes::TokenBytes;
 pub use tokenizer::Tokenizer;

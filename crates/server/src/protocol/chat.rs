@@ -21,7 +21,27 @@ request_with_sampling! {
         pub continue_final_message: Option<bool>,
         pub chat_template_kwargs: Option<Map<String, Value>>,
         pub tools: Option<Value>,
+        pub tool_choice: Option<Value>,
+        pub parallel_tool_calls: Option<bool>,
         pub response_format: Option<Value>,
+        pub structured_outputs: Option<Value>,
+        pub guided_json: Option<Value>,
+        pub guided_regex: Option<String>,
+        pub guided_choice: Option<Vec<String>>,
+        pub guided_grammar: Option<String>,
+    }
+}
+
+impl ChatRequest {
+    pub fn structured(&self) -> crate::structured::StructuredFields {
+        crate::structured::StructuredFields {
+            response_format: self.response_format.clone(),
+            structured_outputs: self.structured_outputs.clone(),
+            guided_json: self.guided_json.clone(),
+            guided_regex: self.guided_regex.clone(),
+            guided_choice: self.guided_choice.clone(),
+            guided_grammar: self.guided_grammar.clone(),
+        }
     }
 }
 

@@ -63,6 +63,25 @@ request_with_sampling! {
         pub logprobs: Option<i64>,
         pub best_of: Option<i64>,
         pub suffix: Option<String>,
+        pub response_format: Option<serde_json::Value>,
+        pub structured_outputs: Option<serde_json::Value>,
+        pub guided_json: Option<serde_json::Value>,
+        pub guided_regex: Option<String>,
+        pub guided_choice: Option<Vec<String>>,
+        pub guided_grammar: Option<String>,
+    }
+}
+
+impl CompletionRequest {
+    pub fn structured(&self) -> crate::structured::StructuredFields {
+        crate::structured::StructuredFields {
+            response_format: self.response_format.clone(),
+            structured_outputs: self.structured_outputs.clone(),
+            guided_json: self.guided_json.clone(),
+            guided_regex: self.guided_regex.clone(),
+            guided_choice: self.guided_choice.clone(),
+            guided_grammar: self.guided_grammar.clone(),
+        }
     }
 }
 

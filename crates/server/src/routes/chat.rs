@@ -22,20 +22,17 @@ use crate::protocol::common::Usage;
 use crate::protocol::completions::Skip;
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
+use crate::structured;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
-    if let Some(rf) = &req.response_format {
-        if rf.get("type").and_then(|t| t.as_str()) != Some("text") {
-            return Err(ApiError::invalid_param(
-                "response_format",
-                "only response_format {\"type\": \"text\"} is supported",
-            ));
-        }
-    }
+    let constraint = match req.structured().spec()? {
+        Some(r) => Some(structured::compile(&state, r).await?),
+        None => None,
+    };
     let want_logprobs = req.logprobs.unwrap_or(false);
     let top = match req.top_logprobs {
         None => 0,
@@ -86,7 +83,8 @@ pub async fn chat_completions(
         ));
     }
     let params = fit_to_context(&parsed, ids.len(), None, &state.context(), "messages")?;
-    let run = generation::submit(&state, &[ids], &[params], "messages")?;
+    let run =
+        generation::submit_constrained(&state, &[ids], &[params], "messages", constraint.as_ref())?;
     let header = Header {
         id: new_id("chatcmpl-"),
         created: unix_now(),

@@ -19,6 +19,7 @@ use crate::protocol::common::Usage;
 use crate::protocol::completions::{CompletionChoice, CompletionRequest, CompletionResponse, Skip};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
+use crate::structured;
 
 /// Default `max_tokens` of OpenAI's completions endpoint.
 const DEFAULT_MAX_TOKENS: usize = 16;
@@ -49,6 +50,10 @@ pub async fn completions(
         ));
     }
     let parsed = params::parse(&req.sampling(), req.max_tokens, "max_tokens", logprobs)?;
+    let constraint = match req.structured().spec()? {
+        Some(r) => Some(structured::compile(&state, r).await?),
+        None => None,
+    };
     if let Some(b) = req.best_of {
         if b != parsed.params.n as i64 {
             return Err(ApiError::invalid_param(
@@ -85,7 +90,8 @@ pub async fn completions(
         prompts = with_echo_text(&state, prompts).await?;
     }
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-    let run = generation::submit(&state, &ids, &per_prompt, "prompt")?;
+    let run =
+        generation::submit_constrained(&state, &ids, &per_prompt, "prompt", constraint.as_ref())?;
     let echoes: Vec<String> = prompts
         .into_iter()
         .map(|p| {

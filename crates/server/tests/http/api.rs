@@ -49,6 +49,7 @@ fn greedy_completion_equals_the_engine_and_matches_the_schema() {
             prompt_ids: FRANCE_IDS.to_vec(),
             params,
             choice: 0,
+            constraint: None,
         })
         .unwrap()
         .collect_blocking()
