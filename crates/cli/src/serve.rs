@@ -63,8 +63,39 @@ pub struct ServeArgs {
     /// a second signal stops at once.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
+    /// Require `Authorization: Bearer <KEY>` on every route but /health (and /metrics unless
+    /// --protect-metrics) [default: the OXLLM_API_KEY environment variable, else no key].
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
+    /// With an API key, require it on /metrics too.
+    #[arg(long)]
+    protect_metrics: bool,
+    /// Seconds a connection may take to send a request's header (new or kept alive between
+    /// requests: idle sockets close after it) and its body (408 past it).
+    #[arg(long, default_value_t = 15)]
+    header_read_timeout: u64,
+    /// Encode special-token spellings typed inside chat message contents (e.g. `<|im_end|>`) as
+    /// real control tokens, as vLLM does. By default they are encoded as plain text, so a user
+    /// cannot forge a turn (e.g. a system message).
+    #[arg(long)]
+    allow_special_tokens_in_content: bool,
+    /// Let browser pages from ORIGIN call the API (CORS; repeatable; `*` for any). Off by default.
+    #[arg(long, value_name = "ORIGIN")]
+    cors_allow_origin: Vec<String>,
     #[command(flatten)]
     states: StateArgs,
+}
+
+/// The API key: the flag, else `OXLLM_API_KEY` (for secrets kept off the command line).
+fn api_key(flag: Option<String>) -> Result<Option<String>> {
+    let key = flag.or_else(|| std::env::var("OXLLM_API_KEY").ok());
+    match key {
+        Some(k) if k.trim().is_empty() => {
+            bail!("the API key (--api-key or OXLLM_API_KEY) is empty")
+        }
+        Some(k) => Ok(Some(k.trim().to_string())),
+        None => Ok(None),
+    }
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -127,6 +158,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_waiting: args.max_waiting,
         max_body_bytes: args.max_body_bytes,
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        api_key: api_key(args.api_key.clone())?,
+        protect_metrics: args.protect_metrics,
+        cors_allow_origins: args.cors_allow_origin.clone(),
+        header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
+        special_tokens_in_content: args.allow_special_tokens_in_content,
     };
     let state = AppState::new(engine.handle(), tokenizer, server_config);
     if let Some(why) = state.template_problem() {

@@ -1,5 +1,5 @@
 //! [`ApiJson`]: a strict JSON body extractor whose every failure is an OpenAI-shaped error: 413
-//! for an oversized body; 400 for a body that is not UTF-8, not one JSON object (trailing data
+//! for an oversized body; 408 for a body slower than the header-read timeout; 400 for a body that is not UTF-8, not one JSON object (trailing data
 //! included), lacks a required field (`param` names it), has a field this endpoint does not know
 //! (`param` names it), or has a wrong type (`param` is the path, e.g. `stop[1]`).
 //!
@@ -34,7 +34,19 @@ impl<T: RequestBody> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+        let wait = state.config().header_read_timeout;
+        let read = tokio::time::timeout(wait, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                let mut e = ApiError::bad_request(format!(
+                    "the request body did not arrive within {} s",
+                    wait.as_secs_f32()
+                ))
+                .with_code("request_timeout");
+                e.status = StatusCode::REQUEST_TIMEOUT;
+                e
+            })?;
+        let bytes = read.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large(state.config().max_body_bytes)
             } else {

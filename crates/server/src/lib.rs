@@ -13,7 +13,11 @@
 //! first drains ([`drain`]), a second stops at once.
 
 pub mod admission;
+pub mod auth;
+pub mod browser;
 pub mod config;
+pub mod conn;
+pub mod content_tokens;
 pub mod drain;
 pub mod error;
 pub mod generation;

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use oxllm_tok::{ChatTemplateError, ChatTemplateInputs};
 
+use crate::content_tokens::encode_with_text_contents;
 use crate::error::ApiError;
 use crate::protocol::chat::ChatMessage;
 use crate::protocol::completions::PromptInput;
@@ -95,6 +96,8 @@ pub async fn encode_chat(
             ))
         }
     };
+    let allow_specials = state.config().special_tokens_in_content;
+    let state_specials = state.special_token_strings();
     blocking(move || {
         let mut text = template
             .render(&ChatTemplateInputs {
@@ -119,8 +122,29 @@ pub async fn encode_chat(
                 }
             }
         }
-        tok.encode(&text, opts.add_special_tokens)
-            .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
+        if allow_specials {
+            return tok
+                .encode(&text, opts.add_special_tokens)
+                .map_err(|e| ApiError::invalid_param("messages", e.to_string()));
+        }
+        let contents: Vec<String> = json
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                m.get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        encode_with_text_contents(
+            &tok,
+            &text,
+            &contents,
+            &state_specials,
+            opts.add_special_tokens,
+        )
     })
     .await
 }

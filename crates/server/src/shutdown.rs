@@ -8,13 +8,14 @@
 //! chunk, `[DONE]` and the chunked terminator; a whole request with a 503) and `serve_until`
 //! returns [`Stopped::GraceExpired`]. A second stop signal returns [`Stopped::Forced`] at once.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::stream::{self, Stream, StreamExt};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use crate::conn::serve_connections;
 use crate::routes::router;
 use crate::state::AppState;
 
@@ -52,10 +53,15 @@ pub async fn serve_until(
 ) -> std::io::Result<Stopped> {
     let grace = state.config().shutdown_grace;
     let (close_tx, close_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
-        let _ = close_rx.await;
-    });
-    let server = server.into_future();
+    let header_timeout = state.config().header_read_timeout;
+    let server = serve_connections(
+        listener,
+        router(state.clone()),
+        header_timeout,
+        async move {
+            let _ = close_rx.await;
+        },
+    );
     tokio::pin!(server);
 
     tokio::select! {

@@ -25,6 +25,8 @@ struct Inner {
     template: Result<Arc<ChatTemplate>, String>,
     /// Each id's text, for logprobs (`token_texts[id]`).
     token_texts: Vec<String>,
+    /// Spellings of the special tokens (shared by every chat request).
+    special_tokens: Arc<[String]>,
     config: ServerConfig,
     metrics: Metrics,
     admission: Admission,
@@ -48,8 +50,13 @@ impl AppState {
                 .map(|id| t.decode(&[id], false).unwrap_or_default())
                 .collect()
         });
+        let special_tokens = tokenizer
+            .as_ref()
+            .map_or_else(Vec::new, Tokenizer::special_token_strings)
+            .into();
         AppState(Arc::new(Inner {
             engine,
+            special_tokens,
             tokenizer: tokenizer.map(Arc::new),
             template,
             token_texts,
@@ -121,6 +128,11 @@ impl AppState {
     /// Why chat is unavailable, if it is.
     pub fn template_problem(&self) -> Option<&str> {
         self.0.template.as_ref().err().map(String::as_str)
+    }
+
+    /// Spellings of the tokenizer's special tokens.
+    pub fn special_token_strings(&self) -> Arc<[String]> {
+        Arc::clone(&self.0.special_tokens)
     }
 
     /// The text of token `id` (empty when unknown).

@@ -5,8 +5,9 @@
 //! `gguf_file`).
 //!
 //! Guarantees:
-//! * special tokens written in the text (e.g. `<|im_start|>`) are always encoded as their single
-//!   special id, whatever `add_special_tokens` says;
+//! * special tokens written in the text (e.g. `<|im_start|>`) are encoded as their single
+//!   special id by `encode`, whatever `add_special_tokens` says, and as the text they spell by
+//!   `encode_as_text`;
 //! * with `add_special_tokens`, BOS is prepended only when the source declares it (GGUF
 //!   `add_bos_token`, `tokenizer_config.json` `add_bos_token`, or the tokenizer.json
 //!   post-processor), never twice by this crate;
@@ -14,6 +15,7 @@
 //! * nothing here panics on user input.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::error::TokError;
 
@@ -35,6 +37,9 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     spec: TokenizerSpec,
     vocab_size: usize,
+    /// A copy of `inner` that encodes special-token strings as ordinary text (made on first
+    /// use of [`Tokenizer::encode_as_text`]).
+    text_only: OnceLock<tokenizers::Tokenizer>,
 }
 
 impl Tokenizer {
@@ -44,6 +49,7 @@ impl Tokenizer {
             inner,
             spec,
             vocab_size,
+            text_only: OnceLock::new(),
         }
     }
 
@@ -88,6 +94,32 @@ impl Tokenizer {
             ids.extend(self.spec.eos_ids.first().copied());
         }
         Ok(ids)
+    }
+
+    /// Encode `text` with every special-token string in it (e.g. `<|im_end|>`) encoded as the
+    /// ordinary text it spells, never as its control id; no BOS/EOS. For untrusted text placed
+    /// inside a prompt whose control tokens come from elsewhere (a chat template).
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>, TokError> {
+        let text_only = self.text_only.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let encoding = text_only.encode(text, false).map_err(TokError::backend)?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The spellings of the special (control) tokens, e.g. `<|im_start|>`.
+    pub fn special_token_strings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Decode `ids` to text; with `skip_special_tokens`, special tokens are left out.

@@ -18,7 +18,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
             "object": "model",
             "created": unix_now(),
             "owned_by": "oxllm",
-            "root": c.model_path,
+            "root": c.served_model_name,
             "parent": null,
             "max_model_len": state.context_limit(),
             "permission": [],

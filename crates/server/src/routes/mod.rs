@@ -1,5 +1,6 @@
 //! The router: every route, the 404/405 fallbacks in OpenAI's error shape, the body-size
-//! limit, and per-response counting for `/metrics`.
+//! limit, per-response counting for `/metrics`, and (outermost first) CORS, the JSON
+//! content-type requirement and the API key.
 
 mod chat;
 mod completions;
@@ -14,6 +15,7 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::{auth, browser};
 
 /// The whole HTTP API over `state`.
 pub fn router(state: AppState) -> Router {
@@ -29,6 +31,12 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
+        .layer(middleware::from_fn(browser::require_json))
+        .layer(middleware::from_fn_with_state(state.clone(), browser::cors))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }

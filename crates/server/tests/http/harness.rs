@@ -49,6 +49,7 @@ pub fn server_config() -> ServerConfig {
         max_waiting: 1024,
         max_body_bytes: 1 << 20,
         shutdown_grace: Duration::from_secs(30),
+        ..ServerConfig::default()
     }
 }
 

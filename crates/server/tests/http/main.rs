@@ -5,9 +5,11 @@
 
 mod api;
 mod client;
+mod connections;
 mod deploy;
 mod errors;
 mod harness;
+mod injection;
 mod limits;
 mod load;
 mod strict;
