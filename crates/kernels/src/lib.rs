@@ -8,4 +8,5 @@ pub mod ops;
 pub mod pool;
 pub mod quant;
 mod scratch;
+pub mod weight_bytes;
 pub mod weight_dot;

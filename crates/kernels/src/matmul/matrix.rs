@@ -6,6 +6,7 @@ use oxllm_core::DType;
 
 use super::panel;
 use crate::quant::{self, QuantError};
+use crate::weight_bytes::WeightBytes;
 
 /// A 2-D weight matrix `[rows = out features, cols = in features]` in its storage format.
 #[derive(Clone, Debug)]
@@ -14,8 +15,9 @@ pub struct QMatrix {
     pub(super) rows: usize,
     pub(super) cols: usize,
     pub(super) row_bytes: usize,
-    /// Row-major blocks, or panels (`panel`) when `panels` is set.
-    pub(super) data: Vec<u8>,
+    /// Row-major blocks, or panels (`panel`) when `panels` is set; in huge-page memory where
+    /// the OS allows (`weight_bytes`).
+    pub(super) data: WeightBytes,
     pub(super) panels: Option<&'static panel::PanelFormat>,
     /// Keep activations in f32 for this matrix (see `weight_dot`).
     pub(super) f32_activations: bool,
@@ -52,8 +54,22 @@ impl QMatrix {
     /// the CPU runs the panel kernel (same memory; [`QMatrix::row`] still gives row-major
     /// blocks).
     pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, MatrixError> {
-        let m = Self::new_row_major(dtype, rows, cols, data)?;
-        Ok(if panels_enabled() { m.into_panels() } else { m })
+        let row_bytes = Self::check(dtype, rows, cols, data.len())?;
+        let panels = panel::PanelFormat::of(dtype).filter(|_| panels_enabled());
+        // Packed straight from `data`: a row-major copy first would strand its bytes.
+        let data = match panels {
+            Some(f) => panel::pack(f, rows, cols, &data),
+            None => WeightBytes::from_vec(data),
+        };
+        Ok(QMatrix {
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+            data,
+            panels,
+            f32_activations: false,
+        })
     }
 
     /// [`QMatrix::new`] without repacking (benches and tests of the row-major kernels).
@@ -63,32 +79,39 @@ impl QMatrix {
         cols: usize,
         data: Vec<u8>,
     ) -> Result<Self, MatrixError> {
-        let row_bytes = dtype
-            .row_bytes(cols)
-            .map_err(|_| MatrixError::PartialBlock { dtype, cols })?;
-        let expected = row_bytes * rows;
-        if data.len() != expected {
-            return Err(MatrixError::Length {
-                dtype,
-                rows,
-                cols,
-                expected,
-                got: data.len(),
-            });
-        }
-        // Fail at load time, not at the first forward, when a format has no kernel.
-        quant::vec_dot(dtype)?;
+        let row_bytes = Self::check(dtype, rows, cols, data.len())?;
         Ok(QMatrix {
             dtype,
             rows,
             cols,
             row_bytes,
-            data,
+            data: WeightBytes::from_vec(data),
             panels: None,
             f32_activations: false,
         })
     }
 
+    /// Bytes per row of a `rows x cols` matrix of `dtype` holding `len` bytes, or why not.
+    fn check(dtype: DType, rows: usize, cols: usize, len: usize) -> Result<usize, MatrixError> {
+        let row_bytes = dtype
+            .row_bytes(cols)
+            .map_err(|_| MatrixError::PartialBlock { dtype, cols })?;
+        let expected = row_bytes * rows;
+        if len != expected {
+            return Err(MatrixError::Length {
+                dtype,
+                rows,
+                cols,
+                expected,
+                got: len,
+            });
+        }
+        // Fail at load time, not at the first forward, when a format has no kernel.
+        quant::vec_dot(dtype)?;
+        Ok(row_bytes)
+    }
+
+    #[cfg(test)]
     pub(super) fn into_panels(mut self) -> Self {
         if let (None, Some(f)) = (self.panels, panel::PanelFormat::of(self.dtype)) {
             self.data = panel::pack(f, self.rows, self.cols, &self.data);
@@ -102,7 +125,7 @@ impl QMatrix {
             let data: Vec<u8> = (0..self.rows)
                 .flat_map(|r| self.row(r).into_owned())
                 .collect();
-            self.data = data;
+            self.data = WeightBytes::from_vec(data);
             self.panels = None;
         }
         self

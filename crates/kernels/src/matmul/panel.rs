@@ -166,10 +166,15 @@ pub(crate) fn packed_len(f: &PanelFormat, rows: usize, cols: usize) -> usize {
 }
 
 /// Repacks row-major blocks (`rows * nb * w_bytes` bytes) into panels.
-pub(crate) fn pack(f: &PanelFormat, rows: usize, cols: usize, src: &[u8]) -> Vec<u8> {
+pub(crate) fn pack(
+    f: &PanelFormat,
+    rows: usize,
+    cols: usize,
+    src: &[u8],
+) -> crate::weight_bytes::WeightBytes {
     let nb = cols / QK;
     let rec = f.record_bytes();
-    let mut out = vec![0u8; packed_len(f, rows, cols)];
+    let mut out = crate::weight_bytes::WeightBytes::zeroed(packed_len(f, rows, cols));
     for r in 0..rows {
         let (panel, lane) = (r / P, r % P);
         for b in 0..nb {
