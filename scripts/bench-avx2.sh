@@ -104,6 +104,21 @@ echo "== prefill 512 and decode batch 1, oxllm OXLLM_ISA=avx2 vs llama-bench (AV
 LLAMA_BENCH="$LLAMA_BIN/llama-bench" scripts/bench-generate-vs-llamacpp.sh 2 "$ROUNDS"
 echo "== batch decode scaling, oxllm OXLLM_ISA=avx2 vs llama-batched-bench (AVX2 build), 2 rounds"
 LLAMA_BATCHED_BENCH="$LLAMA_BIN/llama-batched-bench" scripts/bench-batch-scaling.sh 2 2 "$OUT/batch"
+echo "== what moved it (OXLLM_ISA=avx2, oxllm bench generate, decode tok/s at batch 1 and 16, 2 rounds interleaved):"
+echo "   panels+huge pages (default) / row tiles (OXLLM_MATMUL_PANELS=0) / heap pages (OXLLM_HUGE_PAGES=0)"
+for r in 1 2; do
+  for cfg in "X=1" "OXLLM_MATMUL_PANELS=0" "OXLLM_HUGE_PAGES=0"; do
+    env $cfg "$OXLLM_BIN" bench generate --model "$MODEL" --prompt-lens 128 --batch-sizes 1,16 \
+      --output-len 128 --decode-prompt-len 128 --repeats 1 --threads 2 --seed "$r" \
+      --out "$OUT/ab.jsonl" >/dev/null 2>&1
+    python3 - "$OUT/ab.jsonl" "$cfg" "$r" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+d = {x["batch_size"]: x["tokens_per_s"] for x in rows if x["phase"] == "decode"}
+print(f"round {sys.argv[3]} {sys.argv[2]:<22} batch 1 {d[1]:7.1f}  batch 16 {d[16]:7.1f}  ratio {d[16] / d[1]:.2f}")
+PY
+  done
+done
 unset OXLLM_ISA
 echo "== oxllm on this CPU's best kernels (no cap), 1 round each"
 LLAMA_BENCH="$LLAMA_BIN/llama-bench" scripts/bench-generate-vs-llamacpp.sh 2 1

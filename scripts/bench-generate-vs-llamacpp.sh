@@ -18,7 +18,7 @@ IDS=$(python3 -c "import random; random.seed(0); print(','.join(str(random.randi
 ox_pp=(); ox_tg=(); ll_pp=(); ll_tg=()
 for r in $(seq "$ROUNDS"); do
   line=$("$OXLLM_BIN" generate --model "$MODEL" --prompt-ids "$IDS" --max-tokens 129 \
-    --ignore-eos --timings --threads "$THREADS" --json 2>&1 >/dev/null | grep prefill)
+    --ignore-eos --timings --threads "$THREADS" --json 2>&1 >/dev/null | grep "^prefill:")
   pp=$(sed -E 's/.*prefill: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/' <<<"$line")
   tg=$(sed -E 's/.*decode: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/' <<<"$line")
   ox_pp+=("$pp"); ox_tg+=("$tg")
