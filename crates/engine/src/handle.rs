@@ -15,9 +15,9 @@ use oxllm_sched::{RecurrentStateConfig, Scheduler, SchedulerConfig};
 use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
 
+use crate::buckets::PlanReport;
 use crate::config::{kv_bytes_per_token, KvCacheDtype};
 use crate::core::{EngineCore, EngineStats};
-use crate::plans::PlanReport;
 use crate::runner::{ModelRunner, RunnerConfig};
 use crate::{
     plan_states, ContextBound, EngineConfig, EngineError, GenerationRequest, RequestEvent,

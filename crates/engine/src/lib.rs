@@ -9,21 +9,21 @@
 //! flat batch → forward → sample each request's row with its own seeded sampler → update the
 //! scheduler → detokenize, cut stop strings, send.
 
+mod buckets;
 mod config;
 mod core;
 mod error;
 mod handle;
-mod plans;
 mod request;
 mod runner;
 mod states;
 
 pub use crate::core::EngineStats;
+pub use buckets::{decode_buckets, prefill_buckets, PlanReport};
 pub use config::{
     kv_bytes_per_token, BackendKind, EngineConfig, KvCacheDtype, KvCacheSize, PlanMode,
 };
 pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};
-pub use plans::{decode_buckets, prefill_buckets, PlanReport};
 pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
 pub use states::{plan_states, StatePlan};

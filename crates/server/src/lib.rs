@@ -33,8 +33,8 @@ pub mod routes;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
-pub mod vllm_metrics;
 pub mod structured;
+pub mod vllm_metrics;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ServerError};

@@ -55,8 +55,13 @@ pub enum TokError {
     ///
     /// Guessing would silently produce token ids the model was not trained on, so this is an
     /// error rather than a fallback.
-    #[error("unknown GGUF pre-tokenizer `{0}`; known: {known}", known = crate::pretok::KNOWN_PRE.join(", "))]
-    UnknownPreTokenizer(String),
+    #[error("unknown GGUF pre-tokenizer `{name}`; known: {}", .known.join(", "))]
+    UnknownPreTokenizer {
+        /// The name the file gives.
+        name: String,
+        /// The names this crate knows.
+        known: &'static [&'static str],
+    },
     /// A token id is not in the vocabulary.
     #[error("token id {id} is out of range (vocabulary size {vocab_size})")]
     TokenIdOutOfRange {

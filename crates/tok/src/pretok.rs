@@ -124,7 +124,10 @@ pub fn pre_tokenizer_for(pre: Option<&str>) -> Result<Value, TokError> {
     } else if FAMILY_QWEN2.contains(&name) {
         Ok(split_then_bytes(QWEN2_SPLIT))
     } else {
-        Err(TokError::UnknownPreTokenizer(name.to_string()))
+        Err(TokError::UnknownPreTokenizer {
+            name: name.to_string(),
+            known: KNOWN_PRE,
+        })
     }
 }
 
@@ -176,7 +179,7 @@ mod tests {
     fn unknown_pre_is_an_error() {
         assert!(matches!(
             pre_tokenizer_for(Some("no-such-pre")),
-            Err(TokError::UnknownPreTokenizer(_))
+            Err(TokError::UnknownPreTokenizer { .. })
         ));
         assert!(pre_tokenizer_for(None).is_ok());
     }

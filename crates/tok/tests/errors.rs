@@ -62,7 +62,10 @@ fn tiny_vocab() -> GgufVocab {
 fn bad_vocab_metadata() {
     let mut v = tiny_vocab();
     v.pre = Some("no-such-pre".into());
-    assert!(matches!(v.build(), Err(TokError::UnknownPreTokenizer(_))));
+    assert!(matches!(
+        v.build(),
+        Err(TokError::UnknownPreTokenizer { .. })
+    ));
 
     let mut v = tiny_vocab();
     v.merges.push("h i x".into());
