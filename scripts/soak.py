@@ -57,7 +57,7 @@ def post(path, body, ctype="application/json", timeout=300):
     try:
         conn.request("POST", path, raw, {"Content-Type": ctype})
         r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         conn.close()
 
@@ -66,7 +66,7 @@ def check_status(status, headers, data, what):
     count(status)
     if status >= 500 and status != 503:
         fail(f"{what}: {status} {data[:300]!r}")
-    if status == 503 and "Retry-After" not in headers:
+    if status == 503 and "retry-after" not in headers:
         fail(f"{what}: 503 without Retry-After")
 
 
@@ -122,7 +122,7 @@ def one_request(rng, quiet):
             r = conn.getresponse()
             count(r.status)
             if r.status != 200:
-                check_status(r.status, dict(r.getheaders()), r.read(), kind)
+                check_status(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read(), kind)
             elif kind == "drop":
                 r.read(rng.randint(1, 200))
                 conn.sock.close()  # disconnect mid-stream

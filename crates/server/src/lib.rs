@@ -20,6 +20,7 @@ pub mod conn;
 pub mod content_tokens;
 pub mod drain;
 pub mod error;
+pub mod fuzzing;
 pub mod generation;
 pub mod ids;
 pub mod json;

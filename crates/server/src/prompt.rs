@@ -151,7 +151,7 @@ pub async fn encode_chat(
 
 /// Messages as the template sees them: checked, `content` flattened to a string (text parts
 /// joined by newlines) or null.
-fn messages_json(messages: &[ChatMessage]) -> Result<Value, ApiError> {
+pub fn messages_json(messages: &[ChatMessage]) -> Result<Value, ApiError> {
     let mut out = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         if !m.get("role").is_some_and(Value::is_string) {
