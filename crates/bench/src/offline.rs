@@ -20,6 +20,10 @@
 //!   (`prefix_hit`) reuses the cached blocks (and, on hybrids, a recurrent-state checkpoint);
 //!   `cached_tokens` says how many prompt tokens it skipped.
 //!
+//! - constrained decode (`json_schema` set): the decode requests follow that JSON schema (one
+//!   compiled grammar, cloned per request); a `compile` record times its first compilation,
+//!   and each decode record carries the mean time the engine spent computing a token mask.
+//!
 //! One warm-up request runs first (thread pool start, page faults on the mapped weights).
 
 use std::path::Path;
@@ -30,6 +34,7 @@ use oxllm_engine::{
 };
 use oxllm_models::{load_model, ModelFile};
 use oxllm_sample::SamplingParams;
+use oxllm_structured::{ConstraintSpec, GrammarCompiler};
 use oxllm_tok::Tokenizer;
 use serde::Serialize;
 
@@ -51,6 +56,8 @@ pub struct GenerateBench {
     /// Tokens shared by the prompts of the prefix-hit runs (0: no such runs, prefix caching
     /// off).
     pub prefix_share: usize,
+    /// Constrain the decode requests to this JSON schema.
+    pub json_schema: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -69,6 +76,9 @@ pub struct GenerateRecord {
     pub timed: String,
     /// Prompt tokens the prefix cache supplied (0 outside the prefix-hit runs).
     pub cached_tokens: usize,
+    /// Constrained decode: mean microseconds per token mask over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mask_us_per_token: Option<f64>,
 }
 
 fn ids_of_len(
@@ -215,6 +225,40 @@ pub fn run_generate(
         4,
     ))?)?;
 
+    let constraint = match (&b.json_schema, tok.as_ref()) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(BenchError::Config(
+                "--json-schema needs a model with a tokenizer".into(),
+            ))
+        }
+        (Some(schema), Some(tok)) => {
+            let err = |e: oxllm_structured::StructuredError| BenchError::Config(e.to_string());
+            let compiler = GrammarCompiler::new(tok, vocab).map_err(err)?;
+            let t0 = Instant::now();
+            let c = compiler
+                .compile(&ConstraintSpec::JsonSchema(schema.clone()))
+                .map_err(err)?;
+            let secs = t0.elapsed().as_secs_f64();
+            sink(&GenerateRecord {
+                kind: "generate".into(),
+                phase: "compile".into(),
+                repetition: 0,
+                prompt_len: 0,
+                batch_size: 1,
+                output_len: 0,
+                tokens_timed: 0,
+                seconds: secs,
+                tokens_per_s: 0.0,
+                timed: "first compilation of the JSON schema's grammar (token trie built before)"
+                    .into(),
+                cached_tokens: 0,
+                mask_us_per_token: None,
+            })?;
+            Some(c)
+        }
+    };
+
     for &len in &b.prompt_lens {
         for rep in 0..b.repeats {
             let ids = ids_of_len(tok.as_ref(), vocab, len, &mut rng)?;
@@ -231,6 +275,7 @@ pub fn run_generate(
                 tokens_per_s: len as f64 / secs.max(1e-12),
                 timed: "submit -> first token of one request with max_tokens 1 (prefill forward + 1 sample)".into(),
                 cached_tokens: 0,
+                mask_us_per_token: None,
             })?;
         }
     }
@@ -263,6 +308,7 @@ pub fn run_generate(
                     tokens_per_s: len as f64 / secs.max(1e-12),
                     timed: format!("submit -> first token of one request with max_tokens 1 whose first {} tokens the previous request shared (prefix_cold: none before it)", b.prefix_share),
                     cached_tokens: cached,
+                    mask_us_per_token: None,
                 })?;
             }
         }
@@ -271,12 +317,15 @@ pub fn run_generate(
     for rep in 0..b.repeats {
         for &ctx in &b.decode_prompt_lens {
             for &bs in &b.batch_sizes {
+                let masks_before = h.stats();
                 let streams = (0..bs)
                     .map(|_| {
-                        submit(request(
+                        let mut r = request(
                             ids_of_len(tok.as_ref(), vocab, ctx, &mut rng)?,
                             b.output_len,
-                        ))
+                        );
+                        r.constraint = constraint.clone().map(Box::new);
+                        submit(r)
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let timelines = drain_all(streams)?;
@@ -295,6 +344,11 @@ pub fn run_generate(
                     .flat_map(|t| t.iter().filter(|(at, _)| *at > start).map(|(_, n)| n))
                     .sum();
                 let secs = (end - start).as_secs_f64();
+                let masks_after = h.stats();
+                let masks = masks_after.masks_computed - masks_before.masks_computed;
+                let mask_us_per_token = (masks > 0).then(|| {
+                    (masks_after.mask_seconds - masks_before.mask_seconds) * 1e6 / masks as f64
+                });
                 sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "decode".into(),
@@ -307,6 +361,7 @@ pub fn run_generate(
                 tokens_per_s: tokens as f64 / secs.max(1e-12),
                 timed: "last request's first token -> last token of the batch; tokens arriving in that window".into(),
                 cached_tokens: 0,
+                mask_us_per_token,
             })?;
             }
         }

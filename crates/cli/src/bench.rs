@@ -201,6 +201,10 @@ struct GenerateArgs {
     /// cold, for each --prompt-lens above N); turns prefix caching on.
     #[arg(long, default_value_t = 0)]
     prefix_share: usize,
+    /// Constrain the decode requests to the JSON schema in this file (reports grammar compile
+    /// time and the mean token-mask time per token).
+    #[arg(long)]
+    json_schema: Option<PathBuf>,
     /// Append one JSON line per measurement here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -430,6 +434,16 @@ fn generate(a: GenerateArgs) -> Result<()> {
         plan: a.plan,
         kv_cache_dtype: a.kv_cache_dtype,
         prefix_share: a.prefix_share,
+        json_schema: match &a.json_schema {
+            None => None,
+            Some(p) => Some(
+                serde_json::from_str(
+                    &std::fs::read_to_string(p)
+                        .with_context(|| format!("reading {}", p.display()))?,
+                )
+                .with_context(|| format!("{} is not JSON", p.display()))?,
+            ),
+        },
     };
     let (commit, machine, date) = (git_commit(), Machine::detect(), utc_now());
     println!(
@@ -448,6 +462,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             r.tokens_per_s,
             r.cached_tokens
         );
+        if let Some(us) = r.mask_us_per_token {
+            println!("{:<11} mask {us:.1} us per token", "");
+        }
         if let Some(out) = &a.out {
             let mut v = serde_json::to_value(r)?;
             v["model"] = json!(path.display().to_string());

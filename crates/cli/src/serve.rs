@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// Let browser pages from ORIGIN call the API (CORS; repeatable; `*` for any). Off by default.
     #[arg(long, value_name = "ORIGIN")]
     cors_allow_origin: Vec<String>,
+    /// Tool-call format: `hermes` (`<tool_call>{...}</tool_call>`) or `generic` (one JSON
+    /// object, tools described in the system message); default: chosen from the chat template.
+    #[arg(long)]
+    tool_call_parser: Option<String>,
     #[command(flatten)]
     states: StateArgs,
 }
@@ -163,6 +167,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         cors_allow_origins: args.cors_allow_origin.clone(),
         header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
         special_tokens_in_content: args.allow_special_tokens_in_content,
+        tool_call_parser: match args.tool_call_parser.as_deref() {
+            None => None,
+            Some(name) => Some(oxllm_server::tools::ToolFormat::parse(name).with_context(
+                || format!("--tool-call-parser must be hermes or generic, got {name}"),
+            )?),
+        },
     };
     let state = AppState::new(engine.handle(), tokenizer, server_config);
     if let Some(why) = state.template_problem() {

@@ -222,3 +222,43 @@ fn bad_grammars_are_compile_errors() {
         assert!(r.is_err(), "{spec:?} compiled");
     }
 }
+
+/// A constraint set to start after a marker (the end of a reasoning block) leaves the output
+/// free until the marker's tokens were generated, then masks.
+#[test]
+fn constraint_starts_after_its_marker() {
+    let (file, model) = load_model(&smollm2()).unwrap();
+    let ModelFile::Gguf(g) = &file else {
+        panic!("SmolLM2 is a GGUF file")
+    };
+    let tok = Tokenizer::from_gguf(g).unwrap();
+    let compiler = GrammarCompiler::new(&tok, model.config.vocab_size).unwrap();
+    let marker = tok.encode("</think>", false).unwrap();
+    assert!(marker.len() >= 2, "{marker:?}");
+    let mut c = compiler
+        .compile(&ConstraintSpec::Regex("[0-9]+".into()))
+        .unwrap()
+        .start_after(marker.clone());
+    let other = tok.encode(" hello", false).unwrap()[0];
+    assert!(!c.is_active());
+    // A partial marker, interrupted, does not count.
+    c.advance(marker[0]).unwrap();
+    c.advance(other).unwrap();
+    assert!(!c.is_active());
+    for &t in &marker {
+        c.advance(t).unwrap();
+    }
+    assert!(c.is_active());
+    let mut mask = vec![0u32; c.mask_words()];
+    c.fill_mask(&mut mask).unwrap();
+    let allowed: Vec<u32> = (0..model.config.vocab_size as u32)
+        .filter(|&t| mask[t as usize / 32] & (1 << (t % 32)) != 0)
+        .collect();
+    assert!(!allowed.is_empty());
+    for t in allowed {
+        let text = tok.decode(&[t], false).unwrap();
+        assert!(text.chars().all(|ch| ch.is_ascii_digit()), "{t}: {text:?}");
+    }
+    // A token the grammar forbids is an error, never a silent pass.
+    assert!(c.advance(other).is_err());
+}

@@ -27,6 +27,9 @@ pub struct ServerConfig {
     pub special_tokens_in_content: bool,
     /// Origins a browser page may call from (`*`: any); empty: CORS off.
     pub cors_allow_origins: Vec<String>,
+    /// `--tool-call-parser`: the tool-call format (`hermes`, `generic`); `None` follows the
+    /// chat template.
+    pub tool_call_parser: Option<crate::tools::ToolFormat>,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +45,7 @@ impl Default for ServerConfig {
             cors_allow_origins: Vec::new(),
             special_tokens_in_content: false,
             header_read_timeout: Duration::from_secs(15),
+            tool_call_parser: None,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! first drains ([`drain`]), a second stops at once.
 
 pub mod admission;
+pub mod answer;
 pub mod auth;
 pub mod browser;
 pub mod config;
@@ -30,11 +31,13 @@ pub mod metrics;
 pub mod params;
 pub mod prompt;
 pub mod protocol;
+pub mod reasoning;
 pub mod routes;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod structured;
+pub mod tools;
 pub mod vllm_metrics;
 
 pub use config::ServerConfig;

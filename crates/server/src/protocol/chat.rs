@@ -73,8 +73,40 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<String>,
     pub refusal: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The `<think>` part of a thinking model's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+/// A function call the model made (`message.tool_calls[i]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments as a JSON text, as OpenAI sends them.
+    pub arguments: String,
+}
+
+/// A streamed tool call (`delta.tool_calls[i]`): each call arrives whole in one chunk.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -103,6 +135,10 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use oxllm_engine::RequestEvent;
 
+use crate::answer::{AnswerShape, Shaped};
 use crate::error::ApiError;
 use crate::generation::{self, Run};
 use crate::ids::{new_id, unix_now};
@@ -17,21 +18,71 @@ use crate::params::{self, fit_to_context};
 use crate::prompt::{self, ChatOptions};
 use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatRequest, ChatResponse,
+    ToolCallDelta,
 };
 use crate::protocol::common::Usage;
 use crate::protocol::completions::Skip;
+use crate::reasoning;
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
+use crate::tools::{self, ToolFormat};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
-    let constraint = match req.structured().spec()? {
+    let template_source = state
+        .tokenizer()
+        .ok()
+        .and_then(|t| t.chat_template().map(str::to_owned))
+        .unwrap_or_default();
+    let format = state
+        .config()
+        .tool_call_parser
+        .unwrap_or_else(|| ToolFormat::of_template(&template_source));
+    let tool_plan = tools::plan(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        format,
+    )?;
+    let shape = AnswerShape {
+        reasoning: reasoning::thinks(&template_source, req.chat_template_kwargs.as_ref()),
+        tools: tool_plan.clone(),
+    };
+    let mut requested = req.structured().spec()?;
+    if let Some(spec) = tool_plan.as_ref().and_then(|p| p.constraint()) {
+        if let Some(other) = &requested {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                format!(
+                    "a required or named `tool_choice` cannot be combined with `{}`",
+                    other.field
+                ),
+            ));
+        }
+        requested = Some(structured::Requested {
+            spec,
+            field: "tools".into(),
+        });
+    }
+    let mut constraint = match requested {
         Some(r) => Some(structured::compile(&state, r).await?),
         None => None,
+    };
+    if shape.reasoning {
+        // The grammar applies to the answer, after the reasoning block closes.
+        let close = state
+            .tokenizer()?
+            .encode(reasoning::CLOSE, false)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        constraint = constraint.map(|c| c.start_after(close));
+    }
+    let messages = match &tool_plan {
+        Some(p) => p.messages(&req.messages),
+        None => tools::history(&req.messages, format),
     };
     let want_logprobs = req.logprobs.unwrap_or(false);
     let top = match req.top_logprobs {
@@ -72,10 +123,10 @@ pub async fn chat_completions(
         add_generation_prompt: req.add_generation_prompt.unwrap_or(!continue_final),
         continue_final_message: continue_final,
         add_special_tokens: false,
-        tools: req.tools.clone(),
+        tools: tool_plan.as_ref().and_then(|p| p.template_tools()),
         kwargs: req.chat_template_kwargs.clone(),
     };
-    let ids = prompt::encode_chat(&state, &req.messages, opts).await?;
+    let ids = prompt::encode_chat(&state, &messages, opts).await?;
     if ids.is_empty() {
         return Err(ApiError::invalid_param(
             "messages",
@@ -98,10 +149,12 @@ pub async fn chat_completions(
             include_usage: parsed.include_usage,
             want_logprobs,
             usage: vec![(0, 0, 0); run.len],
+            held: vec![String::new(); run.len],
+            shape,
         };
         return Ok(sse::respond(run, writer));
     }
-    whole(&state, header, run, want_logprobs).await
+    whole(&state, header, run, want_logprobs, &shape).await
 }
 
 struct Header {
@@ -115,6 +168,7 @@ async fn whole(
     h: Header,
     run: Run,
     want_logprobs: bool,
+    shape: &AnswerShape,
 ) -> Result<Response, ApiError> {
     let n = run.n;
     let choices = generation::collect(run).await?;
@@ -122,15 +176,20 @@ async fn whole(
     let choices = choices
         .into_iter()
         .enumerate()
-        .map(|(index, c)| ChatChoice {
-            index,
-            logprobs: want_logprobs.then(|| logprobs::chat(state, &c.logprobs)),
-            message: AssistantMessage {
-                role: "assistant",
-                content: c.text,
-                refusal: None,
-            },
-            finish_reason: Some(c.finish_reason),
+        .map(|(index, c)| {
+            let shaped = shape.apply(&c.text);
+            ChatChoice {
+                index,
+                logprobs: want_logprobs.then(|| logprobs::chat(state, &c.logprobs)),
+                finish_reason: Some(finish_of(&shaped, c.finish_reason)),
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: shaped.content,
+                    refusal: None,
+                    tool_calls: shaped.tool_calls,
+                    reasoning_content: shaped.reasoning,
+                },
+            }
         })
         .collect();
     Ok(Json(ChatResponse {
@@ -145,6 +204,15 @@ async fn whole(
     .into_response())
 }
 
+/// `tool_calls` when the answer called tools, else the engine's reason.
+fn finish_of(shaped: &Shaped, reason: &'static str) -> &'static str {
+    if shaped.tool_calls.is_empty() {
+        reason
+    } else {
+        "tool_calls"
+    }
+}
+
 struct Chunks {
     state: AppState,
     header: Header,
@@ -153,6 +221,10 @@ struct Chunks {
     want_logprobs: bool,
     /// (prompt, completion, cached) tokens per choice.
     usage: Vec<(usize, usize, usize)>,
+    /// Text held back per choice while answers are shaped (reasoning, tool calls): it is sent
+    /// shaped when the choice finishes.
+    held: Vec<String>,
+    shape: AnswerShape,
 }
 
 impl Chunks {
@@ -189,6 +261,7 @@ impl ChunkWriter for Chunks {
             let delta = ChatDelta {
                 role: Some("assistant"),
                 content: Some(String::new()),
+                ..ChatDelta::default()
             };
             out.push_back(self.chunk(vec![self.one(i, delta, None)], None));
         }
@@ -198,14 +271,22 @@ impl ChunkWriter for Chunks {
         match ev {
             RequestEvent::Delta { text, logprobs, .. } => {
                 let lp = self.want_logprobs && !logprobs.is_empty();
+                let text = if self.shape.is_active() {
+                    if let Some(h) = self.held.get_mut(index) {
+                        h.push_str(&text);
+                    }
+                    String::new()
+                } else {
+                    text
+                };
                 if text.is_empty() && !lp {
                     return;
                 }
                 let mut choice = self.one(
                     index,
                     ChatDelta {
-                        role: None,
                         content: Some(text),
+                        ..ChatDelta::default()
                     },
                     None,
                 );
@@ -224,14 +305,27 @@ impl ChunkWriter for Chunks {
                 if let Some(u) = self.usage.get_mut(index) {
                     *u = (prompt_tokens, completion_tokens, cached_tokens);
                 }
-                if !text.is_empty() {
+                let mut reason = reason.as_str();
+                if self.shape.is_active() {
+                    let mut whole = self
+                        .held
+                        .get_mut(index)
+                        .map(std::mem::take)
+                        .unwrap_or_default();
+                    whole.push_str(&text);
+                    let shaped = self.shape.apply(&whole);
+                    reason = finish_of(&shaped, reason);
+                    for delta in shaped_deltas(shaped) {
+                        out.push_back(self.chunk(vec![self.one(index, delta, None)], None));
+                    }
+                } else if !text.is_empty() {
                     let delta = ChatDelta {
-                        role: None,
                         content: Some(text),
+                        ..ChatDelta::default()
                     };
                     out.push_back(self.chunk(vec![self.one(index, delta, None)], None));
                 }
-                let done = self.one(index, ChatDelta::default(), Some(reason.as_str()));
+                let done = self.one(index, ChatDelta::default(), Some(reason));
                 out.push_back(self.chunk(vec![done], None));
             }
             RequestEvent::Error(_) => {}
@@ -248,4 +342,33 @@ impl ChunkWriter for Chunks {
         let completion = self.usage.iter().map(|u| u.1).sum();
         out.push_back(self.chunk(vec![], Some(Usage::new(prompt, completion, cached))));
     }
+}
+
+/// A shaped answer as stream deltas: reasoning, content, then each tool call whole.
+fn shaped_deltas(shaped: Shaped) -> Vec<ChatDelta> {
+    let mut out = Vec::new();
+    if let Some(r) = shaped.reasoning.filter(|r| !r.is_empty()) {
+        out.push(ChatDelta {
+            reasoning_content: Some(r),
+            ..ChatDelta::default()
+        });
+    }
+    if let Some(c) = shaped.content.filter(|c| !c.is_empty()) {
+        out.push(ChatDelta {
+            content: Some(c),
+            ..ChatDelta::default()
+        });
+    }
+    for (index, call) in shaped.tool_calls.into_iter().enumerate() {
+        out.push(ChatDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index,
+                id: call.id,
+                kind: call.kind,
+                function: call.function,
+            }]),
+            ..ChatDelta::default()
+        });
+    }
+    out
 }
