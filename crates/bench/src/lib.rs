@@ -6,6 +6,8 @@
 //!   ([`compare`]), drawn as SVG ([`plot`]) and written into a marked Markdown section ([`doc`]).
 //! - `bench generate`: prefill and decode throughput through the engine, no HTTP ([`offline`]).
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod compare;
 pub mod doc;

@@ -1,5 +1,7 @@
 //! The `oxllm` command line: `generate` runs one prompt through a model.
 
+#![forbid(unsafe_code)]
+
 mod batch;
 mod bench;
 mod generate;

@@ -2,6 +2,8 @@
 //! of their blocks (following the GGML type ids so a GGUF tensor table maps onto them
 //! directly), and the ids and outcomes of requests.
 
+#![forbid(unsafe_code)]
+
 mod dtype;
 mod request;
 

@@ -9,6 +9,8 @@
 //! flat batch → forward → sample each request's row with its own seeded sampler → update the
 //! scheduler → detokenize, cut stop strings, send.
 
+#![forbid(unsafe_code)]
+
 mod buckets;
 mod config;
 mod core;

@@ -17,6 +17,8 @@
 //! Block 0 is the null block ([`NULL_BLOCK`]): never handed out, so a runner can pad block tables
 //! with it.
 
+#![forbid(unsafe_code)]
+
 mod checkpoints;
 mod error;
 mod free_list;

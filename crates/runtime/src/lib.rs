@@ -13,6 +13,8 @@
 //! [`CpuBackend`] supports capture; [`ReferenceBackend`] (one thread, scalar kernels) does not,
 //! so callers exercise their eager fallback and cross-check the fast kernels against it.
 
+#![forbid(unsafe_code)]
+
 mod arena;
 mod backend;
 mod buffer;

@@ -12,6 +12,8 @@
 //! [`SchedulerOutput`] is the only thing the model runner receives; after the runner has sampled,
 //! [`Scheduler::update_from_output`] appends the tokens, caches full blocks and finishes requests.
 
+#![forbid(unsafe_code)]
+
 mod batch;
 mod config;
 mod error;

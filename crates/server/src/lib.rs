@@ -12,6 +12,8 @@
 //! its handle, [`serve_until`] runs the server until stop signals (e.g. [`signals`]) end it: the
 //! first drains ([`drain`]), a second stops at once.
 
+#![forbid(unsafe_code)]
+
 pub mod admission;
 pub mod answer;
 pub mod auth;

@@ -8,6 +8,8 @@
 //! - [`Constraint`]: one per request (per choice); fills the step's mask words and advances
 //!   with each sampled token. End of sequence is allowed only where the grammar accepts.
 
+#![forbid(unsafe_code)]
+
 mod compiler;
 mod constraint;
 mod error;

@@ -5,6 +5,8 @@
 //! (or [`GgufVocab`] + [`GgufVocab::build`] for metadata read some other way), and
 //! [`Tokenizer::incremental_decoder`]. Every fallible call returns [`TokError`].
 
+#![forbid(unsafe_code)]
+
 mod byte_alphabet;
 mod chat_template;
 mod error;
