@@ -145,8 +145,8 @@ fn bad_requests_are_400_naming_the_field() {
         ),
         (
             chat,
-            json!({"messages": msgs, "response_format": {"type": "json_object"}}),
-            Some("response_format"),
+            json!({"messages": msgs, "response_format": {"type": "json_schema"}}),
+            Some("response_format.json_schema"),
         ),
         (
             chat,
