@@ -12,7 +12,7 @@ JSONSCHEMA_VERSION=4.25.1
 CACHE="${OXLLM_CACHE:-$HOME/.cache/oxllm}"
 VENV="$CACHE/venv-openai"
 MODEL=$(scripts/fetch-model.sh)
-cargo build --release --quiet --bin oxllm
+cargo build --release --bin oxllm
 BIN="${CARGO_TARGET_DIR:-target}/release/oxllm"
 if ! "$VENV/bin/python" -c "import openai, sys, importlib.metadata as m; sys.exit(openai.__version__ != '$OPENAI_VERSION' or m.version('jsonschema') != '$JSONSCHEMA_VERSION')" 2>/dev/null; then
   python3 -m venv "$VENV"

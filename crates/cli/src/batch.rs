@@ -89,6 +89,23 @@ pub fn run_batch(
     Ok(())
 }
 
+/// Every field a batch line may carry.
+const FIELDS: &[&str] = &[
+    "prompt",
+    "prompt_ids",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "ignore_eos",
+];
+
 fn parse_line(
     line: &str,
     tokenizer: Option<&Tokenizer>,
@@ -96,6 +113,13 @@ fn parse_line(
 ) -> Result<GenerationRequest, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     let obj = v.as_object().ok_or("expected a JSON object")?;
+    // A misspelled field ("max_token", "temprature") would otherwise run with the default.
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown field `{unknown}` (known: {})",
+            FIELDS.join(", ")
+        ));
+    }
     let prompt_ids = match (obj.get("prompt"), obj.get("prompt_ids")) {
         (Some(_), Some(_)) => return Err("give either `prompt` or `prompt_ids`, not both".into()),
         (Some(p), None) => {
@@ -210,6 +234,14 @@ mod tests {
             (r#"{"prompt_ids": [1], "top_p": 3}"#, "top_p"),
             (r#"{"prompt_ids": [1], "max_tokens": "x"}"#, "max_tokens"),
             (r#"{"prompt_ids": [1], "stop": 5}"#, "stop"),
+            (
+                r#"{"prompt_ids": [1], "max_token": 5}"#,
+                "unknown field `max_token`",
+            ),
+            (
+                r#"{"prompt_ids": [1], "temprature": 0}"#,
+                "unknown field `temprature`",
+            ),
         ] {
             let e = parse_line(line, None, &d()).err().unwrap();
             assert!(e.contains(want), "{line}: {e}");

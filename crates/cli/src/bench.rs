@@ -15,6 +15,7 @@ use oxllm_bench::offline::{run_generate, GenerateBench};
 use oxllm_bench::record::{append_jsonl, git_commit, read_records, utc_now, Machine, RunRecord};
 use oxllm_bench::serve::{block_on, run_bench, runs_table, ServeBench, Target};
 use oxllm_bench::workload::{load_dataset, random_prompts};
+use oxllm_bench::BenchError;
 use serde_json::json;
 
 #[derive(Args)]
@@ -240,8 +241,12 @@ fn serve(a: ServeArgs) -> Result<()> {
     let model_of = |url: &Url, given: &Option<String>| -> Result<String> {
         match given {
             Some(m) => Ok(m.clone()),
-            None => block_on(first_model(url))?
-                .with_context(|| format!("asking {url} for its model (pass --model)")),
+            None => block_on(first_model(url))?.map_err(|e| match e {
+                BenchError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    anyhow::anyhow!("no server answers at {url}: start one first (e.g. `oxllm serve`) or pass --url")
+                }
+                other => anyhow::anyhow!("asking {url} for its model (or pass --model): {other}"),
+            }),
         }
     };
     let mut targets = vec![Target {
@@ -412,7 +417,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let path = a
         .model
         .clone()
-        .unwrap_or_else(crate::generate::default_model_path);
+        .unwrap_or_else(crate::model_ref::default_model_path);
     if !path.exists() {
         bail!(
             "model {} not found (run scripts/fetch-model.sh)",
@@ -487,7 +492,7 @@ fn plan_profile(a: PlanProfileArgs) -> Result<()> {
     let path = a
         .model
         .clone()
-        .unwrap_or_else(crate::generate::default_model_path);
+        .unwrap_or_else(crate::model_ref::default_model_path);
     let (profile, wall) = oxllm_bench::plan_profile::profile_decode_replay(
         &path,
         a.batch,

@@ -1,5 +1,6 @@
-//! `oxllm generate`: load a model, encode the prompt, prefill it in one step, then decode token
-//! by token until EOS or `--max-tokens`.
+//! `oxllm generate`: load a model, encode the prompt (as is, or as a user message through the
+//! model's chat template with `--chat`), run it through the engine as one request, and stream
+//! the text until EOS, a stop string or `--max-tokens`. With `--input`, an offline batch.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use oxllm_models::{load_model, ModelFile};
-use oxllm_tok::Tokenizer;
+use oxllm_tok::{ChatTemplate, ChatTemplateInputs, Tokenizer};
 
 use crate::batch::{run_batch, BatchDefaults};
 use crate::state_args::{print_state_summary, StateArgs};
@@ -19,13 +20,20 @@ use oxllm_sample::SamplingParams;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// A .gguf file or a Hugging Face model directory [default: SmolLM2-135M-Instruct Q4_1 in
-    /// the oxllm cache, fetched by scripts/fetch-model.sh]
+    /// A .gguf file, a Hugging Face model directory, or a cached model's name (`oxllm models`)
+    /// [default: SmolLM2-135M-Instruct Q4_1 in the oxllm cache, fetched by scripts/fetch-model.sh]
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt text.
     #[arg(long, conflicts_with_all = ["prompt_ids", "input"], required_unless_present_any = ["prompt_ids", "input"])]
     prompt: Option<String>,
+    /// Send --prompt as a user message through the model's chat template (as the server's
+    /// /v1/chat/completions does) instead of as raw text.
+    #[arg(long, requires = "prompt")]
+    chat: bool,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
     /// Offline batch: a JSONL file, one request per line (`prompt` or `prompt_ids`, optional
     /// `max_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `ignore_eos`).
     #[arg(long, requires = "output", conflicts_with = "prompt_ids")]
@@ -36,8 +44,8 @@ pub struct GenerateArgs {
     /// KV cache size in blocks of 16 tokens (batch mode) [default: from --kv-cache-memory].
     #[arg(long)]
     num_blocks: Option<usize>,
-    /// KV cache size in bytes (batch mode).
-    #[arg(long, default_value_t = 1 << 30)]
+    /// KV cache size (batch mode): bytes or with a unit, e.g. 512MiB, 1GiB, 2G.
+    #[arg(long, default_value = "1GiB", value_parser = crate::size::parse_bytes)]
     kv_cache_memory: usize,
     /// Most requests in flight at once (batch mode).
     #[arg(long, default_value_t = 64)]
@@ -53,8 +61,22 @@ pub struct GenerateArgs {
     /// 0 means greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Nucleus sampling: draw from the most likely tokens whose probabilities sum to P.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "input")]
+    top_p: f32,
+    /// Draw from the K most likely tokens only [default: all].
+    #[arg(long, conflicts_with = "input")]
+    top_k: Option<usize>,
+    /// Drop tokens less likely than P times the most likely one.
+    #[arg(long, default_value_t = 0.0, conflicts_with = "input")]
+    min_p: f32,
+    /// Stop before this text (repeatable); it is not printed.
+    #[arg(long, conflicts_with = "input")]
+    stop: Vec<String>,
+    /// Random seed of sampled tokens (temperature > 0). Without it a single prompt draws a new
+    /// answer each run; batch lines without a `seed` use this one, or 0, so a batch reproduces.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Keep generating past the end-of-sequence token up to --max-tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -82,15 +104,7 @@ pub struct GenerateArgs {
     states: StateArgs,
 }
 
-pub fn default_model_path() -> PathBuf {
-    let cache = std::env::var_os("OXLLM_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/oxllm")))
-        .unwrap_or_else(|| PathBuf::from(".cache/oxllm"));
-    cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
-fn load_tokenizer(file: &ModelFile) -> Result<Option<Tokenizer>> {
+pub fn load_tokenizer(file: &ModelFile) -> Result<Option<Tokenizer>> {
     match file {
         ModelFile::Gguf(g) => Ok(Some(Tokenizer::from_gguf(g)?)),
         ModelFile::Hf(d) if d.path().join("tokenizer.json").exists() => {
@@ -104,20 +118,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if !(args.temperature.is_finite() && args.temperature >= 0.0) {
         bail!("--temperature must be a finite number >= 0");
     }
-    let path = args.model.clone().unwrap_or_else(default_model_path);
-    if !path.exists() {
-        bail!(
-            "model {} not found (run scripts/fetch-model.sh for the default model)",
-            path.display()
-        );
-    }
+    let path = crate::model_ref::resolve(args.model.as_deref())?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let (file, model) = load_model(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (file, model) = load_model(&path).map_err(|e| crate::model_ref::load_error(&path, e))?;
     let tokenizer = load_tokenizer(&file)?;
     if let (Some(input), Some(output)) = (&args.input, &args.output) {
         let config = EngineConfig {
@@ -150,7 +158,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let defaults = BatchDefaults {
             max_tokens: args.max_tokens,
             temperature: args.temperature,
-            seed: Some(args.seed),
+            seed: Some(args.seed.unwrap_or(0)),
             ignore_eos: args.ignore_eos,
         };
         run_batch(
@@ -166,6 +174,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => match &tokenizer {
+            Some(t) if args.chat => chat_prompt(t, args.system.as_deref(), text)?,
             Some(t) => t.encode(text, true)?,
             None => bail!(
                 "{} has no tokenizer.json: pass --prompt-ids",
@@ -205,10 +214,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let params = SamplingParams {
         max_tokens: args.max_tokens,
         temperature: args.temperature,
-        seed: Some(args.seed),
+        top_p: args.top_p,
+        top_k: args.top_k.filter(|&k| k > 0),
+        min_p: args.min_p,
+        stop: args.stop.clone(),
+        seed: args.seed,
         ignore_eos: args.ignore_eos,
         ..SamplingParams::greedy()
     };
+    params
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid sampling flags: {e}"))?;
     let mut stdout = std::io::stdout().lock();
     let mut out_ids = Vec::with_capacity(args.max_tokens);
     let t0 = Instant::now();
@@ -271,6 +287,32 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         print_steps(&engine);
     }
     Ok(())
+}
+
+/// `text` as the user's message (after an optional system message) through the model's chat
+/// template, ending with the assistant's turn header; encoded without extra special tokens
+/// because the template writes them, as the server's chat endpoint does.
+fn chat_prompt(tok: &Tokenizer, system: Option<&str>, text: &str) -> Result<Vec<u32>> {
+    let Some(template) = ChatTemplate::from_tokenizer(tok) else {
+        bail!(
+            "--chat: this model has no chat template; drop --chat to send the prompt as raw text"
+        );
+    };
+    let template = template.context("--chat: the model's chat template does not compile")?;
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(serde_json::json!({"role": "system", "content": system}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": text}));
+    let rendered = template
+        .render(&ChatTemplateInputs {
+            messages: &serde_json::Value::Array(messages),
+            add_generation_prompt: true,
+            tools: None,
+            kwargs: None,
+        })
+        .context("--chat: rendering the chat template")?;
+    Ok(tok.encode(&rendered, false)?)
 }
 
 /// The start-up capture, on stderr.

@@ -1,11 +1,15 @@
-//! The `oxllm` command line: `generate` runs one prompt through a model.
+//! The `oxllm` command line: `generate` (one prompt or a batch file), `serve` (the HTTP API),
+//! `models` (what is in the cache) and `bench`. Failures print one `error:` line and exit 1.
 
 #![forbid(unsafe_code)]
 
 mod batch;
 mod bench;
 mod generate;
+mod model_ref;
+mod models;
 mod serve;
+mod size;
 mod state_args;
 
 use anyhow::Result;
@@ -26,6 +30,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Serve the OpenAI-compatible HTTP API (completions, chat, streaming, metrics).
     Serve(serve::ServeArgs),
+    /// List the models in the oxllm cache by the names `--model` accepts.
+    Models,
 }
 
 fn main() {
@@ -34,9 +40,27 @@ fn main() {
         Command::Generate(args) => generate::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Models => models::run(),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text is already shown
+/// (library errors often print their source inline as well as chaining it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

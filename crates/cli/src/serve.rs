@@ -1,21 +1,23 @@
-//! `oxllm serve`: load a model, start the engine, and serve the OpenAI-compatible HTTP API until
-//! SIGINT/SIGTERM (then let running requests finish, bounded by `--shutdown-grace`).
+//! `oxllm serve`: claim the listening address, load a model, start the engine, and serve the
+//! OpenAI-compatible HTTP API until SIGINT/SIGTERM (then let running requests finish, bounded
+//! by `--shutdown-grace`). The address is bound before the model loads, so a port in use or a
+//! bad `--host` fails at once.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use oxllm_engine::{EngineConfig, KvCacheSize, PlanMode};
+use oxllm_engine::{Engine, EngineConfig, KvCacheSize, PlanMode};
 use oxllm_server::{AppState, ServerConfig, Stopped};
 
-use crate::generate::default_model_path;
+use crate::generate::load_tokenizer;
 use crate::state_args::{print_state_summary, StateArgs};
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// A .gguf file or a Hugging Face model directory [default: SmolLM2-135M-Instruct Q4_1 in
-    /// the oxllm cache, fetched by scripts/fetch-model.sh]
+    /// A .gguf file, a Hugging Face model directory, or a cached model's name (`oxllm models`)
+    /// [default: SmolLM2-135M-Instruct Q4_1 in the oxllm cache, fetched by scripts/fetch-model.sh]
     #[arg(long)]
     model: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
@@ -38,8 +40,8 @@ pub struct ServeArgs {
     /// KV cache size in blocks of 16 tokens [default: from --kv-cache-memory].
     #[arg(long)]
     num_blocks: Option<usize>,
-    /// KV cache size in bytes.
-    #[arg(long, default_value_t = 1 << 30)]
+    /// KV cache size: bytes or with a unit, e.g. 512MiB, 1GiB, 2G.
+    #[arg(long, default_value = "1GiB", value_parser = crate::size::parse_bytes)]
     kv_cache_memory: usize,
     /// Longest prompt + completion [default: the model's context length].
     #[arg(long)]
@@ -47,8 +49,8 @@ pub struct ServeArgs {
     /// Most requests waiting for a slot; more get 503 with Retry-After.
     #[arg(long, default_value_t = 1024)]
     max_waiting: usize,
-    /// Largest accepted request body in bytes (larger: 413).
-    #[arg(long, default_value_t = 8 << 20)]
+    /// Largest accepted request body (larger: 413): bytes or with a unit, e.g. 8MiB.
+    #[arg(long, default_value = "8MiB", value_parser = crate::size::parse_bytes)]
     max_body_bytes: usize,
     /// `captured`: replay decode and prefill plans captured at start-up; `eager`: run every
     /// step's ops as they come.
@@ -103,13 +105,8 @@ fn api_key(flag: Option<String>) -> Result<Option<String>> {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let path = args.model.clone().unwrap_or_else(default_model_path);
-    if !path.exists() {
-        bail!(
-            "model {} not found (run scripts/fetch-model.sh for the default model)",
-            path.display()
-        );
-    }
+    let path = crate::model_ref::resolve(args.model.as_deref())?;
+    let listener = bind(&args.host, args.port)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -133,8 +130,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .map_or_else(|| "model".to_string(), |f| f.to_string_lossy().into_owned());
         file.strip_suffix(".gguf").unwrap_or(&file).to_string()
     });
-    let (engine, tokenizer) = oxllm_server::start_engine(&path, config)
-        .with_context(|| format!("loading {}", path.display()))?;
+    let (file, model) =
+        oxllm_models::load_model(&path).map_err(|e| crate::model_ref::load_error(&path, e))?;
+    let tokenizer = load_tokenizer(&file)?;
+    let engine = Engine::start(model, tokenizer.clone(), config)?;
     let info = engine.handle().info().clone();
     eprintln!(
         "oxllm serve: {} as `{name}`; KV cache {} blocks of {} tokens ({} tokens, {:.1} MiB, {}); max model len {}; max num seqs {}; {} threads",
@@ -174,10 +173,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )?),
         },
     };
+    let has_tokenizer = tokenizer.is_some();
     let state = AppState::new(engine.handle(), tokenizer, server_config);
-    if let Some(why) = state.template_problem() {
-        eprintln!("oxllm serve: chat disabled: {why}");
-    }
+    let chat = match state.template_problem() {
+        Some(why) => {
+            eprintln!("oxllm serve: chat disabled: {why}");
+            false
+        }
+        None => true,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -185,14 +189,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let stopped = runtime.block_on(async move {
         // Handlers first: a stop signal that comes as soon as we say we listen must drain.
         let signals = oxllm_server::signals();
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .context("handing the listening socket to the async runtime")?;
         let addr = listener.local_addr()?;
         eprintln!("oxllm serve: listening on http://{addr}");
-        eprintln!(
-            "try:\n  curl http://{addr}/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}], \"max_tokens\": 64}}'"
-        );
+        eprintln!("{}", try_example(addr, &name, chat, has_tokenizer));
         let stopped = oxllm_server::serve_until(listener, state, signals).await?;
         anyhow::Ok(stopped)
     })?;
@@ -205,4 +206,76 @@ pub fn run(args: ServeArgs) -> Result<()> {
     drop(runtime);
     engine.shutdown();
     Ok(())
+}
+
+/// Claims `host:port` now, before the model loads; the error says what to change.
+fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind((host, port)).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow!(
+            "port {port} on {host} is in use: stop what holds it, or pass another --port (0 picks a free one)"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => anyhow!(
+            "--host {host} is not an address of this machine: use 127.0.0.1 (this machine only) or 0.0.0.0 (all interfaces)"
+        ),
+        std::io::ErrorKind::PermissionDenied => anyhow!(
+            "not allowed to listen on port {port} (ports below 1024 need privileges): pass --port 8000 or another above 1023"
+        ),
+        _ if is_lookup_failure(&e) => anyhow!(
+            "--host {host} is not an IP address or a name this machine resolves: use 127.0.0.1 or 0.0.0.0"
+        ),
+        _ => anyhow!("cannot listen on {host}:{port}: {e}"),
+    })?;
+    listener
+        .set_nonblocking(true)
+        .context("making the listening socket non-blocking")?;
+    Ok(listener)
+}
+
+/// Name resolution failures come back as `Other`/`Uncategorized` with getaddrinfo's text.
+fn is_lookup_failure(e: &std::io::Error) -> bool {
+    let text = e.to_string();
+    text.contains("lookup")
+        || text.contains("Name or service not known")
+        || text.contains("resolve")
+}
+
+/// The ready-to-run example printed once the server listens: greedy (temperature 0), so a
+/// first answer is the model's most likely one; chat only where the model has a template.
+fn try_example(addr: std::net::SocketAddr, name: &str, chat: bool, has_tokenizer: bool) -> String {
+    let curl = |route: &str, body: String| {
+        format!(
+            "  curl http://{addr}{route} -H 'Content-Type: application/json' \\\n    -d '{body}'"
+        )
+    };
+    if chat {
+        format!(
+            "try:\n{}",
+            curl(
+                "/v1/chat/completions",
+                format!(
+                    r#"{{"model": "{name}", "messages": [{{"role": "user", "content": "What is the capital of France?"}}], "max_tokens": 64, "temperature": 0}}"#
+                )
+            )
+        )
+    } else if has_tokenizer {
+        format!(
+            "try:\n{}",
+            curl(
+                "/v1/completions",
+                format!(
+                    r#"{{"model": "{name}", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}}"#
+                )
+            )
+        )
+    } else {
+        format!(
+            "this model has no tokenizer: send token ids, e.g.\n{}",
+            curl(
+                "/v1/completions",
+                format!(
+                    r#"{{"model": "{name}", "prompt": [1, 2, 3], "max_tokens": 16, "temperature": 0}}"#
+                )
+            )
+        )
+    }
 }

@@ -7,11 +7,15 @@ use oxllm_formats::{DType, GgufFile};
 
 #[test]
 fn smollm2_q4_1() {
-    let Some(home) = std::env::var_os("HOME") else {
-        eprintln!("skipping: HOME is not set");
+    // The same cache scripts/fetch-model.sh fills: $OXLLM_CACHE, else ~/.cache/oxllm.
+    let cache = std::env::var_os("OXLLM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/oxllm")));
+    let Some(cache) = cache else {
+        eprintln!("skipping: neither OXLLM_CACHE nor HOME is set");
         return;
     };
-    let path = PathBuf::from(home).join(".cache/oxllm/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
         eprintln!("skipping: {} is absent", path.display());
         return;

@@ -36,8 +36,11 @@ pub fn fixture() -> Fixture {
 
 /// The real model, or `None` (with a note on stderr) when it has not been fetched.
 pub fn model_path() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let path = PathBuf::from(home).join(".cache/oxllm/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    // The same cache scripts/fetch-model.sh fills: $OXLLM_CACHE, else ~/.cache/oxllm.
+    let cache = std::env::var_os("OXLLM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/oxllm")))?;
+    let path = cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if path.is_file() {
         Some(path)
     } else {
