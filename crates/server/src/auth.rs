@@ -14,7 +14,7 @@ use crate::state::AppState;
 /// Whether `path` needs the API key (when one is configured).
 pub fn is_protected(path: &str, protect_metrics: bool) -> bool {
     match path {
-        "/health" | "/" => false,
+        "/health" | "/" | "/chat.js" => false,
         "/metrics" => protect_metrics,
         _ => true,
     }

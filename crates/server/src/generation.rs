@@ -6,6 +6,7 @@
 //! choice's latency and token counts are recorded in the metrics as its events pass. When the
 //! shutdown grace ends, a run still in flight yields a 503 instead of its next event.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
@@ -17,6 +18,7 @@ use crate::admission::AdmitGuard;
 use crate::drain::{self, GraceWatch};
 use crate::error::ApiError;
 use crate::metrics::Finished;
+use crate::request_log::RequestLog;
 use crate::state::AppState;
 
 /// All choices of one HTTP request in flight.
@@ -66,7 +68,8 @@ pub fn submit_constrained(
                 .engine()
                 .submit(req)
                 .map_err(|e| ApiError::from_engine(&e, prompt_param))?;
-            events.push(tracked(state.clone(), p * n + j, stream));
+            let log = crate::request_log::current();
+            events.push(tracked(state.clone(), p * n + j, j == 0, log, stream));
         }
     }
     Ok(Run {
@@ -101,12 +104,21 @@ struct Tracker {
     first: Option<Instant>,
     last: Option<Instant>,
     done: bool,
+    /// The HTTP request's log line; `counts_prompt` on one choice per prompt.
+    log: Option<Arc<RequestLog>>,
+    counts_prompt: bool,
+    /// Tokens streamed so far: what an aborted choice reports as its completion.
+    streamed: usize,
 }
 
 impl Tracker {
     fn on_event(&mut self, ev: &RequestEvent) {
         match ev {
             RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
+                self.streamed += token_ids.len();
+                if let Some(log) = &self.log {
+                    log.token();
+                }
                 let now = Instant::now();
                 match self.last {
                     None => {
@@ -137,6 +149,14 @@ impl Tracker {
                 ..
             } => {
                 self.done = true;
+                if let Some(log) = &self.log {
+                    let prompt = if self.counts_prompt {
+                        *prompt_tokens
+                    } else {
+                        0
+                    };
+                    log.finished(reason.as_str(), prompt, *completion_tokens);
+                }
                 self.state.metrics().observe_finished(Finished {
                     reason: reason.as_str(),
                     prompt_tokens: *prompt_tokens,
@@ -153,6 +173,9 @@ impl Tracker {
     }
 
     fn finish_as(&self, reason: &'static str) {
+        if let Some(log) = &self.log {
+            log.finished(reason, 0, self.streamed);
+        }
         self.state.metrics().observe_finished(Finished {
             reason,
             prompt_tokens: 0,
@@ -174,6 +197,8 @@ impl Drop for Tracker {
 fn tracked(
     state: AppState,
     index: usize,
+    counts_prompt: bool,
+    log: Option<Arc<RequestLog>>,
     stream: RequestStream,
 ) -> BoxStream<'static, (usize, RequestEvent)> {
     let tracker = Tracker {
@@ -182,6 +207,9 @@ fn tracked(
         first: None,
         last: None,
         done: false,
+        log,
+        counts_prompt,
+        streamed: 0,
     };
     stream::unfold((stream, tracker), move |(mut s, mut t)| async move {
         let ev = s.next().await?;

@@ -15,7 +15,9 @@ pub fn new_id(prefix: &str) -> String {
     let hi = a.finish();
     let mut b = std::collections::hash_map::RandomState::new().build_hasher();
     b.write_u64(hi ^ n);
-    format!("{prefix}{hi:016x}{:016x}", b.finish())
+    let id = format!("{prefix}{hi:016x}{:016x}", b.finish());
+    crate::request_log::note_id(&id);
+    id
 }
 
 /// Seconds since the Unix epoch.

@@ -1,7 +1,8 @@
 //! oxllm's OpenAI-compatible HTTP server (axum + tokio) over the engine's client API.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (whole or SSE-streamed),
-//! `GET /v1/models`, `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
+//! `GET /v1/models`, `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`, and
+//! a chat page at `GET /` (static files in the binary, over the same streaming API).
 //! A request is parsed ([`json`], [`protocol`]), checked ([`params`]), templated and tokenized
 //! on the blocking pool ([`prompt`]), admitted ([`admission`]), submitted as `n` engine
 //! requests ([`generation`]) and answered whole or as SSE ([`sse`]). The server keeps no
@@ -34,6 +35,7 @@ pub mod params;
 pub mod prompt;
 pub mod protocol;
 pub mod reasoning;
+pub mod request_log;
 pub mod routes;
 pub mod shutdown;
 pub mod sse;

@@ -1,10 +1,11 @@
 //! The router: every route, the 404/405 fallbacks in OpenAI's error shape, the body-size
-//! limit, per-response counting for `/metrics`, and (outermost first) CORS, the JSON
-//! content-type requirement and the API key.
+//! limit, per-response counting for `/metrics`, the per-request log line, and (outermost
+//! first) CORS, the JSON content-type requirement and the API key.
 
 mod chat;
 mod completions;
 mod info;
+mod page;
 mod tokenize;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -14,6 +15,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::error::ApiError;
+use crate::request_log::{self, RequestLog};
 use crate::state::AppState;
 use crate::{auth, browser};
 
@@ -28,6 +30,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/", get(page::chat_page))
+        .route("/chat.js", get(page::chat_script))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -69,13 +73,22 @@ fn endpoint(path: &str) -> &'static str {
         "/metrics" => "metrics",
         "/tokenize" => "tokenize",
         "/detokenize" => "detokenize",
+        "/" | "/chat.js" => "chat_page",
         _ => "other",
     }
 }
 
 async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let endpoint = endpoint(req.uri().path());
-    let resp = next.run(req).await;
+    let path = req.uri().path().to_string();
+    let resp = if request_log::is_logged(&path) {
+        let log = RequestLog::new(req.method().as_str(), &path);
+        let resp = request_log::scope(log.clone(), next.run(req)).await;
+        log.set_status(resp.status().as_u16());
+        resp
+    } else {
+        next.run(req).await
+    };
     state
         .metrics()
         .observe_http(endpoint, resp.status().as_u16());
