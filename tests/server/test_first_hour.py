@@ -3,6 +3,7 @@
 Run by scripts/server-tests.sh as `python test_first_hour.py BASE_URL MODEL OXLLM_BINARY
 MODEL_PATH`. It starts its own server (the binary and model given) to read its stderr:
 
+- unseeded sampled requests differ, seeded ones repeat;
 - one log line per request, naming the response id, the HTTP status, the prompt and
   completion tokens the response reported, the time to first token and the total time;
 - the chat page at GET / in headless Chromium (Debian's `chromium`): type a message, press
@@ -126,6 +127,16 @@ def test_request_log_lines(server, client):
     assert "GET /health" not in server.stderr()
 
 
+def test_unseeded_sampling_differs_and_seeds_repeat(server, client):
+    def ask(**extra):
+        r = client.chat.completions.create(
+            model="first-hour", messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=16, temperature=1, **extra)
+        return r.choices[0].message.content
+    assert ask() != ask(), "two unseeded sampled requests gave the same answer"
+    assert ask(seed=11) == ask(seed=11)
+
+
 def test_chat_page_is_served(server):
     with urllib.request.urlopen(server.url + "/") as r:
         assert r.headers["Content-Type"].startswith("text/html"), r.headers
@@ -192,9 +203,11 @@ def main():
     server = Server(binary, model_path)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
-        for test in (test_request_log_lines, test_chat_page_is_served):
-            test(server, client) if test is test_request_log_lines else test(server)
+        for test in (test_request_log_lines, test_unseeded_sampling_differs_and_seeds_repeat):
+            test(server, client)
             print(f"ok {test.__name__}")
+        test_chat_page_is_served(server)
+        print("ok test_chat_page_is_served")
         test_chat_page_in_a_browser(server, client)
         print("ok test_chat_page_in_a_browser")
     finally:

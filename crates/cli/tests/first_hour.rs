@@ -424,3 +424,34 @@ fn a_model_without_tokenizer_gets_no_chat_example() {
     assert!(!text.contains("chat/completions"), "{text}");
     assert!(!text.contains("chat page"), "{text}");
 }
+
+#[test]
+fn setup_scripts_name_a_missing_tool_and_its_install_command() {
+    let empty = temp_dir("no-tools");
+    let run = |check: &str| {
+        Command::new("/bin/bash")
+            .arg("-c")
+            .arg(format!(". scripts/require.sh && {check} && echo passed"))
+            .current_dir(repo())
+            .env("PATH", &empty)
+            .output()
+            .unwrap()
+    };
+    let out = run("require_cargo");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cargo not found"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rustup"), "{}", stderr(&out));
+    let out = run("require_python");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("python3 not found"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("apt-get install -y python3 python3-venv python3-pip"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("passed"));
+}
