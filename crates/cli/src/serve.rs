@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use oxllm_engine::{Engine, EngineConfig, KvCacheSize, PlanMode};
 use oxllm_server::{AppState, ServerConfig, Stopped};
