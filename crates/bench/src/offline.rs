@@ -3,15 +3,16 @@
 //! What is timed, exactly:
 //! - prefill: one request of `prompt_len` tokens (distinct random text per repetition, prefix
 //!   caching off) with `max_tokens` 1, alone in the engine; wall time from `submit` to the
-//!   arrival of its first token = the prefill forward pass (one step when `prompt_len` ≤
-//!   `max_num_batched_tokens`, else chunked) + sampling one token + a channel hop.
+//!   end of the step that sampled its first token = the prefill forward pass (one step when
+//!   `prompt_len` ≤ `max_num_batched_tokens`, else chunked) + sampling one token.
 //!   tokens/s = `prompt_len` / that time.
 //! - decode: `batch_size` requests of `decode_prompt_len` tokens each (for each of
 //!   `decode_prompt_lens`, interleaved within each repetition so load drift hits every context
 //!   alike), `output_len` tokens each,
-//!   `ignore_eos`, submitted together. The clock starts when the last request's first token
-//!   arrives (every prefill is done) and stops when the last token of any request arrives;
-//!   tokens/s = tokens that arrived inside that window / its length. Prefill is excluded; the
+//!   `ignore_eos`, submitted as one group (`EngineHandle::submit_all`, admitted before the
+//!   engine's next step). The clock starts when the last request's first token
+//!   is produced (every prefill is done) and stops when the last token of any request is;
+//!   tokens/s = tokens produced inside that window / its length. Prefill is excluded; the
 //!   window is pure batched decode (plus per-step scheduling and sampling).
 //!
 //! - prefix hit (`prefix_share` > 0, prefix caching on): per prompt length above it, two
@@ -23,6 +24,10 @@
 //! - constrained decode (`json_schema` set): the decode requests follow that JSON schema (one
 //!   compiled grammar, cloned per request); a `compile` record times its first compilation,
 //!   and each decode record carries the mean time the engine spent computing a token mask.
+//!
+//! Every time is the engine's stamp on a delta (`produced_at`, taken when the step that
+//! sampled it returned), never the instant a reader thread saw it: on a loaded machine a
+//! reader may run late, and the window must not depend on thread scheduling.
 //!
 //! One warm-up request runs first (thread pool start, page faults on the mapped weights).
 
@@ -115,15 +120,14 @@ fn request(ids: Vec<u32>, max_tokens: usize) -> GenerationRequest {
     }
 }
 
-/// (arrival time, tokens) of each delta until the stream ends.
+/// (production time, tokens) of each delta until the stream ends.
 fn drain(s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     crate::serve::block_on(drain_async(s))?
 }
 
-/// `drain` of every stream, on one thread: an arrival is stamped when that thread sees it, and
-/// deltas that arrive together wake it once (one reader thread per stream made every step
-/// wake as many threads as there were requests, which on a machine with no idle core took
-/// that time from the engine).
+/// `drain` of every stream, on one thread (one reader thread per stream made every step wake
+/// as many threads as there were requests, which on a machine with no idle core took that
+/// time from the engine). Times are the engine's, so when the reader runs does not matter.
 fn drain_all(streams: Vec<RequestStream>) -> Result<Vec<Vec<(Instant, usize)>>> {
     crate::serve::block_on(async move {
         let mut set = tokio::task::JoinSet::new();
@@ -141,18 +145,19 @@ fn drain_all(streams: Vec<RequestStream>) -> Result<Vec<Vec<(Instant, usize)>>> 
     })?
 }
 
-/// [`drain`], awaiting each event. After each delta the task yields, so that when deltas of
-/// several steps wait in several streams (a reader that fell behind), the streams are stamped
-/// round-robin, in the order the engine sent them, not one stream's backlog first.
+/// [`drain`], awaiting each event; each delta carries the instant the engine produced it.
 async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     let mut out = Vec::new();
     while let Some(ev) = s.next().await {
         match ev {
-            RequestEvent::Delta { token_ids, .. } => {
+            RequestEvent::Delta {
+                token_ids,
+                produced_at,
+                ..
+            } => {
                 if !token_ids.is_empty() {
-                    out.push((Instant::now(), token_ids.len()));
+                    out.push((produced_at, token_ids.len()));
                 }
-                tokio::task::yield_now().await;
             }
             RequestEvent::Finished { .. } => return Ok(out),
             RequestEvent::Error(e) => return Err(BenchError::Engine(e.to_string())),
@@ -161,15 +166,22 @@ async fn drain_async(mut s: RequestStream) -> Result<Vec<(Instant, usize)>> {
     Err(BenchError::Engine("the engine stopped mid-request".into()))
 }
 
-/// Seconds from now until the stream's first token, and the prompt tokens the prefix cache
-/// supplied; drains the stream.
-fn time_first_token(mut s: RequestStream) -> Result<(f64, usize)> {
-    let t0 = Instant::now();
+/// Seconds from `submitted` until the engine produced the stream's first token, and the prompt
+/// tokens the prefix cache supplied; drains the stream.
+fn time_first_token(submitted: Instant, mut s: RequestStream) -> Result<(f64, usize)> {
     let mut first = None;
     while let Some(ev) = s.blocking_next() {
         match ev {
-            RequestEvent::Delta { token_ids, .. } if !token_ids.is_empty() => {
-                first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+            RequestEvent::Delta {
+                token_ids,
+                produced_at,
+                ..
+            } if !token_ids.is_empty() => {
+                first.get_or_insert_with(|| {
+                    produced_at
+                        .saturating_duration_since(submitted)
+                        .as_secs_f64()
+                });
             }
             RequestEvent::Finished { cached_tokens, .. } => {
                 let secs = first.ok_or_else(|| BenchError::Engine("no token came back".into()))?;
@@ -262,7 +274,8 @@ pub fn run_generate(
     for &len in &b.prompt_lens {
         for rep in 0..b.repeats {
             let ids = ids_of_len(tok.as_ref(), vocab, len, &mut rng)?;
-            let (secs, _) = time_first_token(submit(request(ids, 1))?)?;
+            let submitted = Instant::now();
+            let (secs, _) = time_first_token(submitted, submit(request(ids, 1))?)?;
             sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "prefill".into(),
@@ -295,7 +308,8 @@ pub fn run_generate(
                     len - b.prefix_share,
                     &mut rng,
                 )?);
-                let (secs, cached) = time_first_token(submit(request(ids, 1))?)?;
+                let submitted = Instant::now();
+                let (secs, cached) = time_first_token(submitted, submit(request(ids, 1))?)?;
                 sink(&GenerateRecord {
                     kind: "generate".into(),
                     phase: phase.into(),
@@ -318,16 +332,22 @@ pub fn run_generate(
         for &ctx in &b.decode_prompt_lens {
             for &bs in &b.batch_sizes {
                 let masks_before = h.stats();
-                let streams = (0..bs)
+                let batch = (0..bs)
                     .map(|_| {
                         let mut r = request(
                             ids_of_len(tok.as_ref(), vocab, ctx, &mut rng)?,
                             b.output_len,
                         );
                         r.constraint = constraint.clone().map(Box::new);
-                        submit(r)
+                        Ok(r)
                     })
                     .collect::<Result<Vec<_>>>()?;
+                // One submission: the engine admits the whole batch before its next step, so
+                // every prefill shares the first step (when the budget holds them) and the
+                // decode window is the same steps whatever the submitting thread's timing.
+                let streams = h
+                    .submit_all(batch)
+                    .map_err(|e| BenchError::Engine(e.to_string()))?;
                 let timelines = drain_all(streams)?;
                 let start = timelines
                     .iter()
@@ -359,7 +379,7 @@ pub fn run_generate(
                 tokens_timed: tokens,
                 seconds: secs,
                 tokens_per_s: tokens as f64 / secs.max(1e-12),
-                timed: "last request's first token -> last token of the batch; tokens arriving in that window".into(),
+                timed: "last request's first token -> last token of the batch (engine step stamps); tokens produced in that window".into(),
                 cached_tokens: 0,
                 mask_us_per_token,
             })?;

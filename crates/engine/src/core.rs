@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::{Sampler, StopChecker};
@@ -119,9 +120,16 @@ impl<'t> EngineCore<'t> {
         self.scheduler.has_work()
     }
 
-    /// Admits a request; on error the client gets an `Error` event and nothing is kept.
-    pub fn add(&mut self, id: ReqId, req: GenerationRequest, tx: UnboundedSender<RequestEvent>) {
-        match self.try_add(id, req, tx.clone()) {
+    /// Admits a request of submission group `group`; on error the client gets an `Error`
+    /// event and nothing is kept.
+    pub fn add(
+        &mut self,
+        id: ReqId,
+        group: ReqId,
+        req: GenerationRequest,
+        tx: UnboundedSender<RequestEvent>,
+    ) {
+        match self.try_add(id, group, req, tx.clone()) {
             Ok(()) => {}
             Err(e) => {
                 let _ = tx.send(RequestEvent::Error(Arc::new(e)));
@@ -133,6 +141,7 @@ impl<'t> EngineCore<'t> {
     fn try_add(
         &mut self,
         id: ReqId,
+        group: ReqId,
         req: GenerationRequest,
         tx: UnboundedSender<RequestEvent>,
     ) -> Result<(), EngineError> {
@@ -149,8 +158,9 @@ impl<'t> EngineCore<'t> {
             .constraint
             .as_ref()
             .map_or_else(Vec::new, |c| vec![0; c.mask_words()]);
-        self.scheduler
-            .add_request(Request::new(id, req.prompt_ids, p.max_tokens, stop_ids))?;
+        self.scheduler.add_request(
+            Request::new(id, req.prompt_ids, p.max_tokens, stop_ids).with_group(group),
+        )?;
         self.live.insert(
             id,
             LiveRequest {
@@ -253,6 +263,7 @@ impl<'t> EngineCore<'t> {
             }
         }
         let executed = self.runner.execute(&out, &mut jobs);
+        let produced_at = Instant::now();
         drop(jobs);
         for (id, err) in mask_failures {
             self.fail(id, err.into());
@@ -328,6 +339,7 @@ impl<'t> EngineCore<'t> {
                 upd.new_token_ids,
                 upd.finish_reason,
                 logprobs.remove(&upd.req_id),
+                produced_at,
             );
         }
         self.publish_stats();
@@ -361,6 +373,7 @@ impl<'t> EngineCore<'t> {
         token_ids: Vec<u32>,
         mut finish: Option<FinishReason>,
         logprob: Option<TokenLogprob>,
+        produced_at: Instant,
     ) {
         let Some(live) = self.live.get_mut(&id) else {
             return;
@@ -396,6 +409,7 @@ impl<'t> EngineCore<'t> {
             token_ids,
             text: std::mem::take(&mut emitted),
             logprobs,
+            produced_at,
         });
         if let Some(reason) = finish {
             let mut tail = String::new();

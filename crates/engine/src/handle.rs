@@ -24,12 +24,17 @@ use crate::{
     RequestStream, StatePlan,
 };
 
+/// One request of a submission: its id, the request, and where its events go.
+type Submission = (
+    ReqId,
+    GenerationRequest,
+    tokio::sync::mpsc::UnboundedSender<RequestEvent>,
+);
+
 enum Command {
-    Submit(
-        ReqId,
-        GenerationRequest,
-        tokio::sync::mpsc::UnboundedSender<RequestEvent>,
-    ),
+    /// Requests submitted together: the engine admits them before its next step, and the
+    /// scheduler counts them as one group (its fairness unit).
+    Submit(Vec<Submission>),
     Abort(ReqId),
     Shutdown,
 }
@@ -239,7 +244,12 @@ fn engine_loop(core: &mut EngineCore<'_>, rx: &Receiver<Command>) {
 /// Applies one command; false means shut down.
 fn apply(core: &mut EngineCore<'_>, cmd: Command) -> bool {
     match cmd {
-        Command::Submit(id, req, tx) => core.add(id, req, tx),
+        Command::Submit(group) => {
+            let group_id = group.first().map_or(0, |(id, _, _)| *id);
+            for (id, req, tx) in group {
+                core.add(id, group_id, req, tx);
+            }
+        }
         Command::Abort(id) => core.abort(id),
         Command::Shutdown => return false,
     }
@@ -257,6 +267,46 @@ impl EngineHandle {
 
     /// Validates and submits a request; its events arrive on the returned stream.
     pub fn submit(&self, req: GenerationRequest) -> Result<RequestStream, EngineError> {
+        self.submit_all(vec![req])?
+            .pop()
+            .ok_or(EngineError::Stopped)
+    }
+
+    /// Validates every request, then submits them as one group (all or none): the engine
+    /// admits them before its next step, so they share their first step when the budget
+    /// allows, and the scheduler shares running slots fairly between groups (the choices of
+    /// one API request are one group). Streams come back in the requests' order.
+    pub fn submit_all(
+        &self,
+        reqs: Vec<GenerationRequest>,
+    ) -> Result<Vec<RequestStream>, EngineError> {
+        for req in &reqs {
+            self.validate(req)?;
+        }
+        let mut group = Vec::with_capacity(reqs.len());
+        let mut streams = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = unbounded_channel();
+            streams.push(RequestStream {
+                id,
+                prompt_tokens: req.prompt_ids.len(),
+                rx,
+            });
+            group.push((id, req, tx));
+        }
+        if group.is_empty() {
+            return Ok(streams);
+        }
+        self.tx
+            .send(Command::Submit(group))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(streams)
+    }
+
+    /// What can be checked without the engine: sampling parameters, token ids, and the
+    /// context against the model and the KV pool.
+    fn validate(&self, req: &GenerationRequest) -> Result<(), EngineError> {
         req.params.validate()?;
         if req.prompt_ids.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -280,17 +330,7 @@ impl EngineHandle {
                 bound,
             });
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = unbounded_channel();
-        let prompt_tokens = req.prompt_ids.len();
-        self.tx
-            .send(Command::Submit(id, req, tx))
-            .map_err(|_| EngineError::Stopped)?;
-        Ok(RequestStream {
-            id,
-            prompt_tokens,
-            rx,
-        })
+        Ok(())
     }
 
     pub fn abort(&self, id: ReqId) {

@@ -1,6 +1,7 @@
 //! What a client submits and what it receives back.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::SamplingParams;
@@ -38,6 +39,9 @@ pub enum RequestEvent {
         token_ids: Vec<u32>,
         text: String,
         logprobs: Vec<TokenLogprob>,
+        /// When the engine had these tokens (right after the step that sampled them), so a
+        /// benchmark's timing does not depend on when a reader thread got to run.
+        produced_at: Instant,
     },
     Finished {
         reason: FinishReason,

@@ -25,6 +25,9 @@ pub struct Request {
     num_prompt_tokens: usize,
     max_tokens: usize,
     stop_token_ids: Vec<TokenId>,
+    /// The submission this request came with (the choices of one API request share it); the
+    /// unit between which running slots are shared fairly. Its own id unless set.
+    group: ReqId,
     pub(crate) num_computed_tokens: usize,
     pub(crate) status: RequestStatus,
     pub(crate) arrival: u64,
@@ -45,6 +48,7 @@ impl Request {
             tokens: prompt,
             max_tokens,
             stop_token_ids,
+            group: id,
             num_computed_tokens: 0,
             status: RequestStatus::Waiting,
             arrival: 0,
@@ -53,6 +57,17 @@ impl Request {
 
     pub fn id(&self) -> ReqId {
         self.id
+    }
+
+    /// Puts the request in submission group `group` (see [`Self::group`]).
+    pub fn with_group(mut self, group: ReqId) -> Self {
+        self.group = group;
+        self
+    }
+
+    /// The submission group: requests sharing it count as one for fair scheduling.
+    pub fn group(&self) -> ReqId {
+        self.group
     }
 
     pub fn prompt(&self) -> &[TokenId] {
