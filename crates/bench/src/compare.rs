@@ -26,6 +26,7 @@ pub const METRICS: &[(&str, &str, bool, Getter)] = &[
     ("p99_ttft", "ms", false, |r| r.metrics.ttft_ms.p99),
     ("median_tpot", "ms", false, |r| r.metrics.tpot_ms.median),
     ("median_itl", "ms", false, |r| r.metrics.itl_ms.median),
+    ("p99_itl", "ms", false, |r| r.metrics.itl_ms.p99),
     ("median_e2el", "ms", false, |r| r.metrics.e2el_ms.median),
 ];
 
@@ -183,6 +184,7 @@ pub fn markdown_table(cmp: &[LoadComparison], a: &str, b: &str) -> String {
         ("median_ttft", "median TTFT ms"),
         ("median_tpot", "median TPOT ms"),
         ("median_itl", "median ITL ms"),
+        ("p99_itl", "p99 ITL ms"),
         ("makespan", "makespan s"),
     ];
     let mut s = String::from("| load | runs |");
@@ -263,6 +265,7 @@ pub(crate) mod tests_support {
             concurrency: Some(c),
             request_rate: None,
             repetition: rep,
+            prompt_seed: None,
             config: serde_json::Value::Null,
             metrics: m,
             output_sha256: vec![Some("x".into()), Some(label.to_string())],

@@ -46,6 +46,9 @@ pub struct RunRecord {
     pub concurrency: Option<usize>,
     pub request_rate: Option<f64>,
     pub repetition: usize,
+    /// The seed this run's random prompts were drawn with (absent for fixed prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_seed: Option<u64>,
     /// The full benchmark configuration, as the caller describes it.
     pub config: serde_json::Value,
     pub metrics: RunMetrics,

@@ -1,5 +1,7 @@
 //! `bench serve`: runs the workload against one server, or two interleaved (A B A B: for each
-//! repetition and each load, A's run then B's), writing one JSONL record per run as it finishes.
+//! repetition and each load, A's run then B's, on the same prompts), writing one JSONL record
+//! per run as it finishes. A random workload draws fresh prompts for every (repetition, load)
+//! and for the warm-up (see `workload`), so one run's prompts are never cached by another's.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use crate::metrics::{compute, output_digests, Slo};
 use crate::progress::Progress;
 use crate::record::{append_jsonl, utc_now, Machine, RunRecord};
 use crate::runner::{run, Load};
-use crate::workload::Prompt;
+use crate::workload::{RunKey, Workload};
 
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -27,7 +29,8 @@ pub struct ServeBench {
     pub temperature: f64,
     pub ignore_eos: bool,
     pub timeout: Duration,
-    pub prompts: Vec<Prompt>,
+    /// Each run's prompts: fresh random ones per (repetition, load), or fixed.
+    pub workload: Workload,
     /// Closed-loop concurrencies; ignored when `request_rate` is set.
     pub concurrency: Vec<usize>,
     pub request_rate: Option<f64>,
@@ -74,7 +77,7 @@ impl ServeBench {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.targets.is_empty() || self.prompts.is_empty() {
+        if self.targets.is_empty() || self.workload.is_empty() {
             return Err(BenchError::Config("no server or no prompts".into()));
         }
         if self.request_rate.is_none()
@@ -98,7 +101,7 @@ impl ServeBench {
 pub async fn run_bench(b: &ServeBench) -> Result<Vec<RunRecord>> {
     b.validate()?;
     for t in &b.targets {
-        for p in b.prompts.iter().take(b.warmup) {
+        for p in b.workload.prompts_for(RunKey::WARMUP).iter().take(b.warmup) {
             let o = run_request(&b.client(t), p, std::time::Instant::now()).await;
             if let Some(e) = o.error {
                 return Err(BenchError::Response(format!(
@@ -120,12 +123,20 @@ pub async fn run_bench(b: &ServeBench) -> Result<Vec<RunRecord>> {
                     Load::Closed { concurrency } => format!("c={concurrency}"),
                     Load::Poisson { rate, .. } => format!("rate={rate}"),
                 };
+                let key = RunKey {
+                    repetition: b.repetition_offset + rep,
+                    load: match load {
+                        Load::Closed { concurrency } => concurrency as u64,
+                        Load::Poisson { rate, .. } => rate.to_bits(),
+                    },
+                };
+                let prompts = b.workload.prompts_for(key);
                 let mut progress = Progress::new(
                     format!("{} {what} rep {}/{}", t.label, rep + 1, b.repeats),
-                    b.prompts.len(),
+                    prompts.len(),
                     b.progress,
                 );
-                let outcomes = run(&b.client(t), &b.prompts, load, &mut progress).await;
+                let outcomes = run(&b.client(t), &prompts, load, &mut progress).await;
                 let rec = RunRecord {
                     kind: "serve".into(),
                     label: t.label.clone(),
@@ -134,6 +145,7 @@ pub async fn run_bench(b: &ServeBench) -> Result<Vec<RunRecord>> {
                     concurrency,
                     request_rate,
                     repetition: b.repetition_offset + rep,
+                    prompt_seed: b.workload.seed_for(key),
                     config: b.config.clone(),
                     metrics: compute(&outcomes, &b.slo),
                     output_sha256: output_digests(&outcomes),

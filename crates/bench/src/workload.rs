@@ -1,6 +1,13 @@
 //! The requests a run sends: seeded random prompts built from a fixed word list (so token counts
 //! are close to word counts for common BPE vocabularies; the server's `usage` reports the real
 //! counts), an optional shared prefix, or a JSONL dataset of `{"prompt", "max_tokens"}` lines.
+//!
+//! Random workloads are drawn afresh for every run: the seed of a run's prompts mixes the
+//! workload's seed with the run's repetition and load ([`run_seed`]), so no server cache
+//! answers a run from an earlier one (unless the workload says so: `--prefix-len` shares a
+//! prefix between the requests of one run, which measures caching on purpose), while the same
+//! seed, repetition and load always give the same prompts, and both servers of an A/B run get
+//! the same ones. Datasets are sent as they are in every run.
 
 use std::path::Path;
 
@@ -106,6 +113,92 @@ pub fn random_prompts(
         .collect()
 }
 
+/// A random workload: `num` prompts of `input_len` words, `prefix_len` of them shared by the
+/// prompts of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RandomSpec {
+    pub num: usize,
+    pub input_len: usize,
+    pub output_len: usize,
+    pub prefix_len: usize,
+    pub seed: u64,
+}
+
+/// Where each run's prompts come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// The same prompts in every run (a dataset, or random prompts drawn once on request).
+    Fixed(Vec<Prompt>),
+    /// Random prompts drawn afresh for every run.
+    Fresh(RandomSpec),
+}
+
+/// Which run a set of prompts is for: the repetition (as recorded) and the load (the
+/// concurrency, or the bits of a request rate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunKey {
+    pub repetition: usize,
+    pub load: u64,
+}
+
+impl RunKey {
+    /// The warm-up requests' key: no measured run draws it.
+    pub const WARMUP: RunKey = RunKey {
+        repetition: usize::MAX,
+        load: u64::MAX,
+    };
+}
+
+/// The seed of one run's prompts: the workload's seed mixed with the run's repetition and load
+/// (splitmix64 steps, so nearby keys give unrelated seeds).
+pub fn run_seed(seed: u64, run: RunKey) -> u64 {
+    let mut h = SplitMix64::new(seed).next_u64();
+    h = SplitMix64::new(h ^ run.repetition as u64).next_u64();
+    SplitMix64::new(h ^ run.load).next_u64()
+}
+
+impl Workload {
+    /// The prompts of one run.
+    pub fn prompts_for(&self, run: RunKey) -> Vec<Prompt> {
+        match self {
+            Workload::Fixed(p) => p.clone(),
+            Workload::Fresh(r) => random_prompts(
+                r.num,
+                r.input_len,
+                r.output_len,
+                r.prefix_len,
+                run_seed(r.seed, run),
+            ),
+        }
+    }
+
+    /// The seed a run's prompts were drawn with (`None` for fixed prompts).
+    pub fn seed_for(&self, run: RunKey) -> Option<u64> {
+        match self {
+            Workload::Fixed(_) => None,
+            Workload::Fresh(r) => Some(run_seed(r.seed, run)),
+        }
+    }
+
+    /// Prompts per run.
+    pub fn len(&self) -> usize {
+        match self {
+            Workload::Fixed(p) => p.len(),
+            Workload::Fresh(r) => r.num,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<Prompt>> for Workload {
+    fn from(p: Vec<Prompt>) -> Self {
+        Workload::Fixed(p)
+    }
+}
+
 /// Reads a JSONL dataset: each non-blank line an object with a string `prompt` and an integer
 /// `max_tokens` (`default_max_tokens` when absent). Takes the first `num` lines (all if `None`).
 pub fn load_dataset(
@@ -184,6 +277,74 @@ mod tests {
             assert_eq!(words.len(), 30);
             assert_eq!(&words[..20], &prefix[..]);
         }
+    }
+
+    fn spec(prefix_len: usize, seed: u64) -> Workload {
+        Workload::Fresh(RandomSpec {
+            num: 6,
+            input_len: 12,
+            output_len: 4,
+            prefix_len,
+            seed,
+        })
+    }
+
+    fn key(repetition: usize, load: u64) -> RunKey {
+        RunKey { repetition, load }
+    }
+
+    #[test]
+    fn fresh_prompts_differ_across_runs_and_repeat_for_the_same_seed() {
+        let w = spec(0, 3);
+        let runs = [
+            key(0, 1),
+            key(0, 8),
+            key(0, 16),
+            key(1, 1),
+            key(1, 8),
+            key(2, 16),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for &run in &runs {
+            let ps = w.prompts_for(run);
+            assert_eq!(ps.len(), 6);
+            assert_eq!(ps, w.prompts_for(run), "same seed and run, same prompts");
+            assert_eq!(ps, spec(0, 3).prompts_for(run));
+            for p in ps {
+                assert!(seen.insert(p.text), "a prompt repeated across runs");
+            }
+        }
+        for p in w.prompts_for(RunKey::WARMUP) {
+            assert!(!seen.contains(&p.text), "warm-up reused a measured prompt");
+        }
+        assert_ne!(w.prompts_for(key(0, 1)), spec(0, 4).prompts_for(key(0, 1)));
+        assert_ne!(w.seed_for(key(0, 1)), w.seed_for(key(1, 0)));
+    }
+
+    #[test]
+    fn fresh_prefix_is_shared_within_a_run_only() {
+        let w = spec(20, 0);
+        let prefix_of = |run| -> Vec<String> {
+            let ps = w.prompts_for(run);
+            let first: Vec<String> = ps[0].text.split(' ').take(20).map(String::from).collect();
+            for p in &ps {
+                let words: Vec<&str> = p.text.split(' ').collect();
+                assert_eq!(words.len(), 32);
+                assert_eq!(words[..20], first[..]);
+            }
+            first
+        };
+        assert_ne!(prefix_of(key(0, 1)), prefix_of(key(0, 8)));
+        assert_ne!(prefix_of(key(0, 1)), prefix_of(key(1, 1)));
+    }
+
+    #[test]
+    fn fixed_prompts_are_the_same_in_every_run() {
+        let ps = random_prompts(3, 5, 2, 0, 9);
+        let w = Workload::from(ps.clone());
+        assert_eq!(w.prompts_for(key(0, 1)), ps);
+        assert_eq!(w.prompts_for(key(5, 16)), ps);
+        assert_eq!(w.seed_for(key(0, 1)), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use oxllm_bench::http::Url;
 use oxllm_bench::metrics::Slo;
 use oxllm_bench::record::read_records;
 use oxllm_bench::serve::{run_bench, ServeBench, Target};
-use oxllm_bench::workload::{random_prompts, Prompt};
+use oxllm_bench::workload::{Prompt, RandomSpec, Workload};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -141,14 +141,18 @@ async fn start_mock() -> (Url, Arc<AtomicUsize>) {
     (Url::parse(&format!("http://{addr}")).unwrap(), hits)
 }
 
-fn bench(targets: Vec<Target>, prompts: Vec<Prompt>, out: std::path::PathBuf) -> ServeBench {
+fn bench(
+    targets: Vec<Target>,
+    workload: impl Into<Workload>,
+    out: std::path::PathBuf,
+) -> ServeBench {
     ServeBench {
         targets,
         endpoint: Endpoint::Completions,
         temperature: 0.0,
         ignore_eos: true,
         timeout: Duration::from_secs(10),
-        prompts,
+        workload: workload.into(),
         concurrency: vec![1, 4],
         request_rate: None,
         max_concurrency: None,
@@ -192,7 +196,14 @@ async fn ab_sweep_completes_and_records_everything() {
             model,
         },
     ];
-    let b = bench(targets, random_prompts(6, 8, 5, 3, 1), out.clone());
+    let fresh = Workload::Fresh(RandomSpec {
+        num: 6,
+        input_len: 8,
+        output_len: 5,
+        prefix_len: 3,
+        seed: 1,
+    });
+    let b = bench(targets, fresh, out.clone());
     let records = run_bench(&b).await.unwrap();
     // 2 repetitions x 2 loads x 2 servers, A before B each time.
     assert_eq!(records.len(), 8);
@@ -269,10 +280,27 @@ async fn ab_sweep_completes_and_records_everything() {
         assert!(m.output_throughput > 0.0 && m.makespan_s > 0.0);
         assert_eq!(r.output_sha256.len(), 6);
     }
-    // Same prompts, deterministic servers: identical outputs everywhere.
-    assert!(records
-        .iter()
-        .all(|r| r.metrics.output_digest == records[0].metrics.output_digest));
+    // The mock's output is a function of the prompt: A and B got the same prompts in each
+    // run, and every (repetition, load) got prompts no other run sent.
+    for pair in records.chunks(2) {
+        assert_eq!(pair[0].output_sha256, pair[1].output_sha256);
+        assert_eq!(pair[0].prompt_seed, pair[1].prompt_seed);
+        assert!(pair[0].prompt_seed.is_some());
+    }
+    let mut outputs = std::collections::HashSet::new();
+    for r in records.iter().step_by(2) {
+        for d in &r.output_sha256 {
+            assert!(outputs.insert(d.clone()), "an output repeated across runs");
+        }
+    }
+    // The same seed draws the same prompts again.
+    let again = run_bench(&b).await.unwrap();
+    for (r, a) in records.iter().zip(&again) {
+        assert_eq!(
+            (r.prompt_seed, &r.output_sha256),
+            (a.prompt_seed, &a.output_sha256)
+        );
+    }
     let cmp = compare(&records, "A", "B");
     assert_eq!(cmp.len(), 2);
     assert_eq!(
@@ -316,7 +344,7 @@ async fn failures_are_counted_not_lost() {
             url,
             model: "m".into(),
         }],
-        prompts,
+        prompts.clone(),
         out.clone(),
     );
     b.warmup = 0;
@@ -344,7 +372,12 @@ async fn failures_are_counted_not_lost() {
     // Chat and open loop against the same mock.
     b.endpoint = Endpoint::Chat;
     b.request_rate = Some(200.0);
-    b.prompts.retain(|p| p.text.starts_with("ok"));
+    b.workload = Workload::Fixed(
+        prompts
+            .into_iter()
+            .filter(|p| p.text.starts_with("ok"))
+            .collect(),
+    );
     let records = run_bench(&b).await.unwrap();
     assert_eq!(records[0].request_rate, Some(200.0));
     assert_eq!(

@@ -14,7 +14,7 @@ use oxllm_bench::metrics::Slo;
 use oxllm_bench::offline::{run_generate, GenerateBench};
 use oxllm_bench::record::{append_jsonl, git_commit, read_records, utc_now, Machine, RunRecord};
 use oxllm_bench::serve::{block_on, run_bench, runs_table, ServeBench, Target};
-use oxllm_bench::workload::{load_dataset, random_prompts};
+use oxllm_bench::workload::{load_dataset, random_prompts, RandomSpec, Workload};
 use oxllm_bench::BenchError;
 use serde_json::json;
 
@@ -91,9 +91,15 @@ struct ServeArgs {
     /// max_tokens per request (random prompts; dataset lines without max_tokens).
     #[arg(long, default_value_t = 128)]
     output_len: usize,
-    /// Words of a prefix shared by all random prompts.
+    /// Words of a prefix shared by the random prompts of each run (a workload that measures
+    /// prefix caching on purpose; each run draws its own prefix).
     #[arg(long, default_value_t = 0)]
     prefix_len: usize,
+    /// Send the same random prompts in every run (by default each repetition and load, and
+    /// the warm-up, draw fresh ones, so no server answers a run from its cache of an earlier
+    /// one).
+    #[arg(long)]
+    reuse_prompts: bool,
     /// JSONL workload: {"prompt": "...", "max_tokens": N} per line.
     #[arg(long)]
     dataset: Option<PathBuf>,
@@ -222,15 +228,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
 fn serve(a: ServeArgs) -> Result<()> {
     let url = Url::parse(&a.url)?;
-    let prompts = match &a.dataset {
-        Some(p) => load_dataset(p, Some(a.num_prompts), a.output_len)?,
-        None => random_prompts(
-            a.num_prompts,
-            a.input_len,
-            a.output_len,
-            a.prefix_len,
-            a.seed,
-        ),
+    let workload = match &a.dataset {
+        Some(p) => Workload::Fixed(load_dataset(p, Some(a.num_prompts), a.output_len)?),
+        None => {
+            let spec = RandomSpec {
+                num: a.num_prompts,
+                input_len: a.input_len,
+                output_len: a.output_len,
+                prefix_len: a.prefix_len,
+                seed: a.seed,
+            };
+            if a.reuse_prompts {
+                Workload::Fixed(random_prompts(
+                    spec.num,
+                    spec.input_len,
+                    spec.output_len,
+                    spec.prefix_len,
+                    spec.seed,
+                ))
+            } else {
+                Workload::Fresh(spec)
+            }
+        }
     };
     if a.num_prompts == 0 || a.output_len == 0 {
         bail!("--num-prompts and --output-len must be >= 1");
@@ -275,7 +294,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     };
     let config = json!({
         "endpoint": endpoint,
-        "num_prompts": prompts.len(),
+        "num_prompts": workload.len(),
+        "fresh_prompts": matches!(workload, Workload::Fresh(_)),
         "input_len": a.dataset.is_none().then_some(a.input_len),
         "output_len": a.output_len,
         "prefix_len": a.prefix_len,
@@ -298,7 +318,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         temperature: a.temperature,
         ignore_eos: !a.no_ignore_eos,
         timeout: Duration::from_secs_f64(a.timeout_s),
-        prompts,
+        workload,
         concurrency: a.concurrency.clone(),
         request_rate: a.request_rate,
         max_concurrency: a.max_concurrency,

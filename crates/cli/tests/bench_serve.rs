@@ -103,6 +103,8 @@ fn bench_serve_against_oxllm_serve() {
             "8",
         ])
         .args(["--concurrency", "1,4", "--repeats", "2", "--no-progress"])
+        // The same prompts in every run, so outputs can be compared across batch sizes.
+        .arg("--reuse-prompts")
         .args(["--slo-ttft-ms", "600000", "--slo-tpot-ms", "600000"])
         .arg("--out")
         .arg(&out)
