@@ -7,7 +7,10 @@
 //! - only running requests hold blocks; waiting and preempted ones hold none;
 //! - the oldest running request is never preempted while others run, and a lone request always
 //!   fits the pool (checked at submission), so with no new arrivals every request finishes;
-//! - admission is FIFO: a waiting request is never overtaken by a later one;
+//! - admission is fair between submission groups (`fairness`: the least-served group first,
+//!   a group above its share of slots preempted for one below it); within a group, and
+//!   between groups running equally many requests, it is FIFO: a waiting request is never
+//!   overtaken by a later one;
 //! - hybrid models: a running request holds exactly one recurrent-state slot and a waiting one
 //!   none; a scheduled request carries its slot, and a restore only on its first step after a
 //!   prefix hit.
@@ -19,6 +22,7 @@ use oxllm_kv::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
 
 use crate::config::SchedulerConfig;
 use crate::error::SchedError;
+use crate::fairness;
 use crate::output::{ScheduledSeq, SchedulerOutput};
 use crate::request::{Request, RequestStatus};
 
@@ -125,10 +129,12 @@ impl Scheduler {
             step: self.next_step,
             ..SchedulerOutput::default()
         };
+        self.preempt_for_fairness(&mut out);
+        let preempted_for_fairness = out.preempted.len();
         self.schedule_running(&mut budget, &mut out)?;
-        // Admitting while preempting would only thrash: the blocks just freed are needed by the
-        // requests already running.
-        if out.preempted.is_empty() {
+        // Admitting while preempting for blocks would only thrash: the blocks just freed are
+        // needed by the requests already running.
+        if out.preempted.len() == preempted_for_fairness {
             self.schedule_waiting(&mut budget, &mut out)?;
         }
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
@@ -158,22 +164,32 @@ impl Scheduler {
             }
             let num_tokens = req.num_computed_tokens + num_new;
             let none = ComputedBlocks::default();
-            let mut scheduled = false;
+            let (mut scheduled, mut preempted_self) = (false, false);
             loop {
                 if self.kv.allocate_slots(req_id, num_tokens, &none)?.is_some() {
                     scheduled = true;
                     break;
                 }
-                // Out of blocks: take them from the newest running request, which has not been
-                // scheduled this step (the loop runs oldest first), possibly this one.
-                let Some(victim) = self.running.pop() else {
+                // Out of blocks: take them from a request not scheduled yet this step (the
+                // loop runs oldest first), possibly this one: the newest of the group running
+                // the most requests.
+                let counts = fairness::running_counts(&self.running, &self.requests);
+                let Some(pos) =
+                    fairness::block_victim(&self.running[index..], &self.requests, &counts)
+                else {
                     break;
                 };
+                let victim = self.running.remove(index + pos);
                 self.preempt(victim);
                 out.preempted.push(victim);
                 if victim == req_id {
+                    preempted_self = true;
                     break;
                 }
+            }
+            if preempted_self {
+                // The next request moved into this index; it may still fit.
+                continue;
             }
             if !scheduled {
                 break;
@@ -190,14 +206,18 @@ impl Scheduler {
         budget: &mut usize,
         out: &mut SchedulerOutput,
     ) -> Result<(), SchedError> {
-        while let Some(&req_id) = self.waiting.front() {
-            if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
+        let mut counts = fairness::running_counts(&self.running, &self.requests);
+        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some((pos, req_id)) =
+                fairness::next_waiting(&self.waiting, &self.requests, &counts)
+            else {
                 break;
-            }
+            };
             let Some(req) = self.requests.get(&req_id) else {
-                self.waiting.pop_front();
+                self.waiting.remove(pos);
                 continue;
             };
+            let group = req.group();
             // A waiting request holds no blocks; a preempted one recomputes prompt + output.
             // Without a free state slot (hybrids) allocation fails like without blocks.
             let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
@@ -208,19 +228,77 @@ impl Scheduler {
                 .allocate_slots(req_id, num_cached + num_new, &hit)?
                 .is_none()
             {
-                // Strict FIFO: later requests wait behind this one rather than overtake it.
+                // The fairest request waits; no later one overtakes it.
                 break;
             }
-            self.waiting.pop_front();
+            self.waiting.remove(pos);
             if let Some(req) = self.requests.get_mut(&req_id) {
                 req.num_computed_tokens = num_cached;
                 req.status = RequestStatus::Running;
             }
             self.running.push(req_id);
+            *counts.entry(group).or_default() += 1;
             self.push_scheduled(req_id, num_new, hit.restore_slot(), out)?;
             *budget -= num_new;
         }
         Ok(())
+    }
+
+    /// Preempts running requests of groups above their fair share while the request to admit
+    /// next belongs to a group below its share and could not be admitted (`fairness`).
+    fn preempt_for_fairness(&mut self, out: &mut SchedulerOutput) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let share = fairness::fair_share(
+            self.config.max_num_seqs,
+            fairness::num_live_groups(&self.requests),
+        );
+        let mut counts = fairness::running_counts(&self.running, &self.requests);
+        loop {
+            let Some((_, next)) = fairness::next_waiting(&self.waiting, &self.requests, &counts)
+            else {
+                return;
+            };
+            let Some(req) = self.requests.get(&next) else {
+                return;
+            };
+            if counts.get(&req.group()).copied().unwrap_or(0) >= share
+                || (self.running.len() < self.config.max_num_seqs && self.could_admit(req))
+            {
+                return;
+            }
+            let Some(pos) = fairness::share_victim(&self.running, &self.requests, &counts, share)
+            else {
+                return;
+            };
+            let victim = self.running.remove(pos);
+            if let Some(group) = self.requests.get(&victim).map(Request::group) {
+                if let Some(c) = counts.get_mut(&group) {
+                    *c -= 1;
+                }
+            }
+            self.preempt(victim);
+            out.preempted.push(victim);
+        }
+    }
+
+    /// Whether the pool has the blocks (and, for hybrids, the state slot) for `req`'s first
+    /// step now; an estimate that only decides whether to preempt for it.
+    fn could_admit(&self, req: &Request) -> bool {
+        if self
+            .kv
+            .state_slots()
+            .is_some_and(|states| states.num_free() == 0)
+        {
+            return false;
+        }
+        let block_size = self.config.block_size;
+        let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
+        let num_cached = hit.num_computed_tokens(block_size);
+        let first_step = (req.num_tokens() - num_cached).min(self.config.max_num_batched_tokens);
+        let blocks = (num_cached + first_step).div_ceil(block_size);
+        blocks.saturating_sub(hit.blocks().len()) <= self.kv.num_free_blocks()
     }
 
     fn push_scheduled(

@@ -55,22 +55,27 @@ pub fn submit_constrained(
 ) -> Result<Run, ApiError> {
     let n = params.first().map_or(1, |p| p.n);
     let guard = state.admit(prompts.len() * n)?;
-    let mut events = SelectAll::new();
-    for (p, (ids, params)) in prompts.iter().zip(params).enumerate() {
+    let mut reqs = Vec::with_capacity(prompts.len() * n);
+    for (ids, params) in prompts.iter().zip(params) {
         for j in 0..n {
-            let req = GenerationRequest {
+            reqs.push(GenerationRequest {
                 prompt_ids: ids.clone(),
                 params: params.clone(),
                 choice: j,
                 constraint: constraint.cloned().map(Box::new),
-            };
-            let stream = state
-                .engine()
-                .submit(req)
-                .map_err(|e| ApiError::from_engine(&e, prompt_param))?;
-            let log = crate::request_log::current();
-            events.push(tracked(state.clone(), p * n + j, j == 0, log, stream));
+            });
         }
+    }
+    // One submission: the engine's scheduler shares running slots fairly between submissions,
+    // so one request's many choices cannot starve other clients' requests.
+    let streams = state
+        .engine()
+        .submit_all(reqs)
+        .map_err(|e| ApiError::from_engine(&e, prompt_param))?;
+    let mut events = SelectAll::new();
+    for (i, stream) in streams.into_iter().enumerate() {
+        let log = crate::request_log::current();
+        events.push(tracked(state.clone(), i, i % n == 0, log, stream));
     }
     Ok(Run {
         events,
@@ -241,6 +246,7 @@ pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
                 token_ids,
                 text,
                 logprobs,
+                ..
             } => {
                 c.token_ids.extend(token_ids);
                 c.text.push_str(&text);
