@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_sample::{Sampler, StopChecker};
-use oxllm_sched::{Request, Scheduler};
+use oxllm_sched::{Request, Scheduler, SchedulerOutput};
 use oxllm_structured::{Constraint, StructuredError};
 use oxllm_tok::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::runner::{ModelRunner, SampleJob};
+use crate::runner::{ModelRunner, SampleJob, SampleOutcome};
 use crate::{EngineError, GenerationRequest, RequestEvent, TokenLogprob};
 
 /// A point-in-time view of the engine for metrics and tests.
@@ -52,6 +52,22 @@ impl EngineStats {
             .saturating_sub(1)
             .saturating_sub(self.num_blocks_free)
     }
+}
+
+/// What one step runs, decided before the model runs: the scheduler's output, the request of
+/// each sampling row (in logits-row order), and the constrained requests whose token mask
+/// failed (they sample nothing and are failed on delivery).
+pub(crate) struct StepPlan {
+    out: SchedulerOutput,
+    sampling: Vec<ReqId>,
+    mask_failures: Vec<(ReqId, StructuredError)>,
+}
+
+/// What the model drew for a [`StepPlan`]: each sampling row's request and outcome (or the
+/// step's error), and when the tokens were produced.
+pub(crate) struct StepRun {
+    rows: Result<Vec<(ReqId, SampleOutcome)>, EngineError>,
+    produced_at: Instant,
 }
 
 struct LiveRequest<'t> {
@@ -203,23 +219,35 @@ impl<'t> EngineCore<'t> {
         self.publish_stats();
     }
 
-    /// One engine step. Errors of the model are reported to every request in the step, which
-    /// are then dropped, so a bad step never hangs a client.
+    /// One engine step: [`Self::plan_step`] decides what runs, [`Self::run_step`] runs the
+    /// model and samples, [`Self::deliver_step`] updates the scheduler and streams the tokens.
+    /// Errors of the model are reported to every request in the step, which are then dropped,
+    /// so a bad step never hangs a client.
     pub fn step(&mut self) {
+        let Some(plan) = self.plan_step() else {
+            return;
+        };
+        let run = self.run_step(&plan);
+        self.deliver_step(plan, run);
+    }
+
+    /// Schedules the next step and prepares its sampling rows (token masks of constrained
+    /// requests). `None` when nothing runs: a scheduler failure (every request is failed) or
+    /// nothing schedulable (e.g. everything waits for blocks; the caller waits for new input
+    /// rather than spin).
+    fn plan_step(&mut self) -> Option<StepPlan> {
         let out = match self.scheduler.schedule() {
             Ok(out) => out,
             Err(e) => {
                 self.fail_all(EngineError::Scheduler(e));
-                return;
+                return None;
             }
         };
         self.preemptions += out.preempted.len() as u64;
         if out.is_empty() {
-            // Nothing could be scheduled (e.g. everything waits for blocks); report and let the
-            // caller wait for new input rather than spin.
             let _ = self.scheduler.update_from_output(&out, &[]);
             self.publish_stats();
-            return;
+            return None;
         }
         for seq in &out.scheduled {
             if let Some(live) = self.live.get_mut(&seq.req_id) {
@@ -234,22 +262,35 @@ impl<'t> EngineCore<'t> {
                 .min(seq.token_ids.len());
             self.prompt_tokens_computed += prompt_part as u64;
         }
-        // One job per sampling row, in the order of the flat batch's logits rows.
+        // One sampling row per request that samples, in the order of the flat batch's logits
+        // rows.
         let sampling: Vec<ReqId> = out
             .scheduled
             .iter()
             .filter(|s| s.needs_sample && !s.token_ids.is_empty())
             .map(|s| s.req_id)
             .collect();
-        let row_of: HashMap<ReqId, usize> = sampling
+        let mask_failures = self.compute_masks(&sampling);
+        Some(StepPlan {
+            out,
+            sampling,
+            mask_failures,
+        })
+    }
+
+    /// Runs `plan` on the model, each sampling row drawn with its request's own sampler (a
+    /// request whose mask failed samples nothing). Sends no event and touches no scheduler
+    /// state: what was drawn goes to [`Self::deliver_step`].
+    fn run_step(&mut self, plan: &StepPlan) -> StepRun {
+        let row_of: HashMap<ReqId, usize> = plan
+            .sampling
             .iter()
             .enumerate()
             .map(|(i, &id)| (id, i))
             .collect();
-        let mask_failures = self.compute_masks(&sampling);
-        let mut jobs: Vec<Option<SampleJob<'_>>> = sampling.iter().map(|_| None).collect();
+        let mut jobs: Vec<Option<SampleJob<'_>>> = plan.sampling.iter().map(|_| None).collect();
         for (id, live) in self.live.iter_mut() {
-            if mask_failures.iter().any(|(f, _)| f == id) {
+            if plan.mask_failures.iter().any(|(f, _)| f == id) {
                 continue;
             }
             if let (Some(&row), Some(req)) = (row_of.get(id), self.scheduler.request(*id)) {
@@ -262,14 +303,28 @@ impl<'t> EngineCore<'t> {
                 });
             }
         }
-        let executed = self.runner.execute(&out, &mut jobs);
+        let executed = self.runner.execute(&plan.out, &mut jobs);
         let produced_at = Instant::now();
-        drop(jobs);
+        StepRun {
+            rows: executed.map(|(arrays, outcomes)| {
+                arrays.sample_req_ids.into_iter().zip(outcomes).collect()
+            }),
+            produced_at,
+        }
+    }
+
+    /// Applies what `run` drew: advances grammars, updates the scheduler (appends, finishes,
+    /// frees), publishes stats, then sends each request its delta (and its finish). A failed
+    /// run fails every request of the step.
+    fn deliver_step(&mut self, plan: StepPlan, run: StepRun) {
+        let StepPlan {
+            out, mask_failures, ..
+        } = plan;
         for (id, err) in mask_failures {
             self.fail(id, err.into());
         }
-        let (arrays, outcomes) = match executed {
-            Ok(r) => r,
+        let rows = match run.rows {
+            Ok(rows) => rows,
             Err(e) => {
                 let err = Arc::new(e);
                 let ids: Vec<ReqId> = out.scheduled.iter().map(|s| s.req_id).collect();
@@ -280,9 +335,9 @@ impl<'t> EngineCore<'t> {
                 return;
             }
         };
-        let mut sampled = Vec::with_capacity(arrays.sample_req_ids.len());
+        let mut sampled = Vec::with_capacity(rows.len());
         let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
-        for (&id, outcome) in arrays.sample_req_ids.iter().zip(outcomes) {
+        for (id, outcome) in rows {
             if !self.live.contains_key(&id) {
                 continue;
             }
@@ -339,7 +394,7 @@ impl<'t> EngineCore<'t> {
                 upd.new_token_ids,
                 upd.finish_reason,
                 logprobs.remove(&upd.req_id),
-                produced_at,
+                run.produced_at,
             );
         }
         self.publish_stats();
@@ -478,5 +533,186 @@ impl<'t> EngineCore<'t> {
         if let Ok(mut s) = self.stats.lock() {
             *s = snapshot;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The three phases of a step, each on its own, over the tiny f32 Llama fixture.
+
+    use oxllm_models::load_model;
+    use oxllm_sample::{Sampled, SamplingParams};
+    use oxllm_sched::SchedulerConfig;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    use super::*;
+    use crate::config::{BackendKind, KvCacheDtype, PlanMode};
+    use crate::runner::RunnerConfig;
+
+    fn fixture() -> std::path::PathBuf {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/tiny/llama-f32")
+    }
+
+    /// The oracle's prompt and transformers' greedy continuation of it.
+    fn oracle() -> (Vec<u32>, Vec<u32>) {
+        let o: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fixture().join("oracle.json")).unwrap())
+                .unwrap();
+        let ids = |k: &str| -> Vec<u32> {
+            o[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect()
+        };
+        (ids("prompt_ids"), ids("greedy_ids"))
+    }
+
+    fn tiny_core() -> EngineCore<'static> {
+        let (_, model) = load_model(&fixture()).unwrap();
+        let (num_blocks, block_size, max_model_len) = (64, 16, 256);
+        let scheduler = Scheduler::new(SchedulerConfig {
+            max_num_batched_tokens: 64,
+            max_num_seqs: 4,
+            block_size,
+            num_blocks,
+            max_model_len,
+            enable_prefix_caching: true,
+            recurrent_states: None,
+        })
+        .unwrap();
+        let runner = ModelRunner::new(
+            model,
+            RunnerConfig {
+                num_blocks,
+                block_size,
+                threads: 1,
+                max_seqs: 4,
+                state_slots: 0,
+                max_tokens: 64,
+                max_model_len,
+                plan: PlanMode::Eager,
+                backend: BackendKind::Cpu,
+                kv_dtype: KvCacheDtype::F32,
+            },
+        )
+        .unwrap();
+        let stats = Arc::new(Mutex::new(EngineStats::default()));
+        EngineCore::new(None, scheduler, runner, num_blocks, stats)
+    }
+
+    fn submit(
+        core: &mut EngineCore<'_>,
+        id: ReqId,
+        prompt: &[u32],
+        max_tokens: usize,
+    ) -> UnboundedReceiver<RequestEvent> {
+        let (tx, rx) = unbounded_channel();
+        let params = SamplingParams {
+            max_tokens,
+            ignore_eos: true,
+            ..SamplingParams::greedy()
+        };
+        let req = GenerationRequest {
+            prompt_ids: prompt.to_vec(),
+            params,
+            choice: 0,
+            constraint: None,
+        };
+        core.add(id, id, req, tx);
+        rx
+    }
+
+    fn drained(rx: &mut UnboundedReceiver<RequestEvent>) -> Vec<RequestEvent> {
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
+    }
+
+    #[test]
+    fn plan_schedules_every_prompt_and_lists_its_sampling_rows() {
+        let mut core = tiny_core();
+        assert!(core.plan_step().is_none(), "nothing to schedule");
+        let mut a = submit(&mut core, 1, &[1, 17, 523], 4);
+        let mut b = submit(&mut core, 2, &[1, 42, 999, 42, 7], 4);
+        let plan = core.plan_step().expect("two prompts to prefill");
+        assert_eq!(plan.sampling, vec![1, 2]);
+        assert_eq!(plan.out.num_batched_tokens, 8);
+        assert!(plan.mask_failures.is_empty());
+        assert!(drained(&mut a).is_empty() && drained(&mut b).is_empty());
+    }
+
+    #[test]
+    fn run_draws_the_oracle_token_and_sends_nothing() {
+        let (prompt, greedy) = oracle();
+        let mut core = tiny_core();
+        let mut rx = submit(&mut core, 1, &prompt, 4);
+        let plan = core.plan_step().unwrap();
+        let run = core.run_step(&plan);
+        let rows = run.rows.as_ref().expect("the step runs");
+        assert_eq!(rows.len(), 1);
+        let (id, outcome) = &rows[0];
+        let token = outcome.as_ref().unwrap().as_ref().unwrap().token;
+        assert_eq!((*id, token), (1, greedy[0]));
+        assert!(drained(&mut rx).is_empty(), "run must not deliver");
+        assert_eq!(core.scheduler.request(1).unwrap().output(), &[] as &[u32]);
+    }
+
+    #[test]
+    fn deliver_streams_what_the_run_drew_and_finishes_at_max_tokens() {
+        let mut core = tiny_core();
+        let mut a = submit(&mut core, 1, &[1, 17, 523], 1);
+        let mut b = submit(&mut core, 2, &[1, 42, 999], 3);
+        let plan = core.plan_step().unwrap();
+        let drawn = |token| {
+            Some(Ok(Sampled {
+                token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            }))
+        };
+        let run = StepRun {
+            rows: Ok(vec![(1, drawn(7)), (2, drawn(9))]),
+            produced_at: Instant::now(),
+        };
+        core.deliver_step(plan, run);
+        let a = drained(&mut a);
+        assert!(matches!(&a[0], RequestEvent::Delta { token_ids, .. } if token_ids == &[7]));
+        assert!(matches!(
+            &a[1],
+            RequestEvent::Finished {
+                reason: FinishReason::Length,
+                completion_tokens: 1,
+                ..
+            }
+        ));
+        let b = drained(&mut b);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(matches!(&b[0], RequestEvent::Delta { token_ids, .. } if token_ids == &[9]));
+        assert_eq!(core.scheduler.request(2).unwrap().output(), &[9]);
+        assert!(
+            core.scheduler.request(1).is_none(),
+            "finished requests leave"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_fails_every_request_of_the_step_and_frees_it() {
+        let mut core = tiny_core();
+        let mut a = submit(&mut core, 1, &[1, 17, 523], 4);
+        let mut b = submit(&mut core, 2, &[1, 42, 999], 4);
+        let plan = core.plan_step().unwrap();
+        let run = StepRun {
+            rows: Err(EngineError::Config("injected".into())),
+            produced_at: Instant::now(),
+        };
+        core.deliver_step(plan, run);
+        for rx in [&mut a, &mut b] {
+            let events = drained(rx);
+            assert!(
+                matches!(&events[..], [RequestEvent::Error(e)] if e.to_string().contains("injected")),
+                "{events:?}"
+            );
+        }
+        assert!(!core.has_work());
     }
 }
