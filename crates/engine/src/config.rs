@@ -8,7 +8,8 @@ pub enum KvCacheSize {
     Bytes(usize),
 }
 
-/// Element type of the paged K/V cache.
+/// Element type of the paged K/V cache as configured; [`KvCacheDtype::resolve`] turns it into
+/// the [`KvDtype`] the engine runs with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KvCacheDtype {
     /// f32 for models whose weights are f32 (so their outputs stay comparable bit for bit
@@ -23,19 +24,12 @@ pub enum KvCacheDtype {
 
 impl KvCacheDtype {
     /// The concrete type for a model whose weights are (`true`) or are not all f32.
-    pub fn resolve(self, f32_weights: bool) -> KvCacheDtype {
+    pub fn resolve(self, f32_weights: bool) -> KvDtype {
         match self {
-            KvCacheDtype::Auto if f32_weights => KvCacheDtype::F32,
-            KvCacheDtype::Auto => KvCacheDtype::F16,
-            other => other,
-        }
-    }
-
-    /// Bytes per cached value (a resolved type; `Auto` counts as f32).
-    pub fn bytes(self) -> usize {
-        match self {
-            KvCacheDtype::F16 => 2,
-            _ => 4,
+            KvCacheDtype::Auto if f32_weights => KvDtype::F32,
+            KvCacheDtype::Auto => KvDtype::F16,
+            KvCacheDtype::F32 => KvDtype::F32,
+            KvCacheDtype::F16 => KvDtype::F16,
         }
     }
 
@@ -44,6 +38,31 @@ impl KvCacheDtype {
             KvCacheDtype::Auto => "auto",
             KvCacheDtype::F32 => "f32",
             KvCacheDtype::F16 => "f16",
+        }
+    }
+}
+
+/// The K/V cache's element type once resolved for a model at engine start: everything past
+/// the config (pool sizing, the runner's buffers, `EngineInfo`) sees only this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    F16,
+}
+
+impl KvDtype {
+    /// Bytes per cached value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
         }
     }
 }
@@ -159,7 +178,7 @@ impl EngineConfig {
         &self,
         model: &ModelConfig,
         state_bytes: usize,
-        dtype: KvCacheDtype,
+        dtype: KvDtype,
     ) -> usize {
         match self.kv_cache {
             KvCacheSize::Blocks(n) => n,
@@ -171,7 +190,7 @@ impl EngineConfig {
     }
 
     /// The cache's element type for `model`.
-    pub fn resolve_kv_dtype(&self, model: &oxllm_models::Model) -> KvCacheDtype {
+    pub fn resolve_kv_dtype(&self, model: &oxllm_models::Model) -> KvDtype {
         use oxllm_core::DType;
         let f32_weights = match (model.dense(), model.hybrid()) {
             (Some(d), _) => d.layers.iter().all(|l| l.wq.dtype() == DType::F32),
@@ -189,7 +208,7 @@ impl EngineConfig {
 }
 
 /// K and V bytes one token takes over all attention layers with values of `dtype`.
-pub fn kv_bytes_per_token(model: &ModelConfig, dtype: KvCacheDtype) -> usize {
+pub fn kv_bytes_per_token(model: &ModelConfig, dtype: KvDtype) -> usize {
     // K and V of every attention layer.
     model.kv_layers * model.kv_width() * 2 * dtype.bytes()
 }
@@ -205,12 +224,10 @@ mod tests {
         assert_eq!("auto".parse(), Ok(KvCacheDtype::Auto));
         let err = "bf8".parse::<KvCacheDtype>().unwrap_err();
         assert!(err.contains("bf8") && err.contains("f16"), "{err}");
-        assert_eq!(KvCacheDtype::Auto.resolve(true), KvCacheDtype::F32);
-        assert_eq!(KvCacheDtype::Auto.resolve(false), KvCacheDtype::F16);
-        assert_eq!(KvCacheDtype::F32.resolve(false), KvCacheDtype::F32);
-        assert_eq!(
-            (KvCacheDtype::F16.bytes(), KvCacheDtype::F32.bytes()),
-            (2, 4)
-        );
+        assert_eq!(KvCacheDtype::Auto.resolve(true), KvDtype::F32);
+        assert_eq!(KvCacheDtype::Auto.resolve(false), KvDtype::F16);
+        assert_eq!(KvCacheDtype::F32.resolve(false), KvDtype::F32);
+        assert_eq!(KvCacheDtype::F16.resolve(true), KvDtype::F16);
+        assert_eq!((KvDtype::F16.bytes(), KvDtype::F32.bytes()), (2, 4));
     }
 }

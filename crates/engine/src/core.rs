@@ -546,7 +546,7 @@ mod tests {
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
     use super::*;
-    use crate::config::{BackendKind, KvCacheDtype, PlanMode};
+    use crate::config::{BackendKind, KvDtype, PlanMode};
     use crate::runner::RunnerConfig;
 
     fn fixture() -> std::path::PathBuf {
@@ -594,7 +594,7 @@ mod tests {
                 max_model_len,
                 plan: PlanMode::Eager,
                 backend: BackendKind::Cpu,
-                kv_dtype: KvCacheDtype::F32,
+                kv_dtype: KvDtype::F32,
             },
         )
         .unwrap();

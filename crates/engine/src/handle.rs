@@ -16,7 +16,7 @@ use oxllm_tok::Tokenizer;
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::buckets::PlanReport;
-use crate::config::{kv_bytes_per_token, KvCacheDtype};
+use crate::config::{kv_bytes_per_token, KvDtype};
 use crate::core::{EngineCore, EngineStats};
 use crate::runner::{ModelRunner, RunnerConfig};
 use crate::{
@@ -50,8 +50,8 @@ pub struct EngineInfo {
     pub vocab_size: usize,
     /// Bytes of the whole cache: K/V blocks plus the recurrent-state pool.
     pub kv_bytes: usize,
-    /// The K/V cache's element type (resolved).
-    pub kv_dtype: KvCacheDtype,
+    /// The K/V cache's element type, resolved for the model.
+    pub kv_dtype: KvDtype,
     /// What was captured at start-up (empty when plans are off or unavailable).
     pub plans: PlanReport,
     /// Hybrid models: the recurrent-state pool (running slots, checkpoints).

@@ -23,7 +23,7 @@ mod states;
 pub use crate::core::EngineStats;
 pub use buckets::{decode_buckets, prefill_buckets, PlanReport};
 pub use config::{
-    kv_bytes_per_token, BackendKind, EngineConfig, KvCacheDtype, KvCacheSize, PlanMode,
+    kv_bytes_per_token, BackendKind, EngineConfig, KvCacheDtype, KvCacheSize, KvDtype, PlanMode,
 };
 pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};

@@ -25,7 +25,7 @@ use oxllm_sample::{SampleError, Sampled, Sampler};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
 
 use crate::buckets::{decode_buckets, needed, prefill_buckets, BucketKind, PlanReport};
-use crate::config::{BackendKind, KvCacheDtype, PlanMode};
+use crate::config::{BackendKind, KvDtype, PlanMode};
 use crate::EngineError;
 
 /// One sampling row's request: its sampler, the ids its penalties may read, and its token
@@ -59,8 +59,7 @@ pub(crate) struct RunnerConfig {
     pub max_model_len: usize,
     pub plan: PlanMode,
     pub backend: BackendKind,
-    /// Resolved (not `Auto`).
-    pub kv_dtype: KvCacheDtype,
+    pub kv_dtype: KvDtype,
 }
 
 pub struct ModelRunner {
@@ -118,8 +117,8 @@ impl ModelRunner {
         };
         let kv_layers = model.config.kv_layers;
         let kv_kind = match kv_dtype {
-            KvCacheDtype::F16 => BufKind::F16,
-            _ => BufKind::F32,
+            KvDtype::F16 => BufKind::F16,
+            KvDtype::F32 => BufKind::F32,
         };
         let kv = KvBuffers::alloc_of(
             backend.as_mut(),

@@ -332,7 +332,7 @@ fn dropped_streams_free_blocks_and_bad_requests_are_rejected() {
 /// greedy answer to a clear question is the same with either cache.
 #[test]
 fn kv_cache_dtype_resolves_per_model_and_f16_keeps_the_answer() {
-    use oxllm_engine::KvCacheDtype;
+    use oxllm_engine::{KvCacheDtype, KvDtype};
     let budget = KvCacheSize::Bytes(64 << 20);
     let with = |dtype| EngineConfig {
         threads: 2,
@@ -341,12 +341,12 @@ fn kv_cache_dtype_resolves_per_model_and_f16_keeps_the_answer() {
         ..EngineConfig::default()
     };
     let (tiny, _) = start(&tiny_llama(), with(KvCacheDtype::Auto));
-    assert_eq!(tiny.handle().info().kv_dtype, KvCacheDtype::F32);
+    assert_eq!(tiny.handle().info().kv_dtype, KvDtype::F32);
     let (auto, tok) = start(&smollm2(), with(KvCacheDtype::Auto));
     let (full, _) = start(&smollm2(), with(KvCacheDtype::F32));
     let (a, f) = (auto.handle().info().clone(), full.handle().info().clone());
-    assert_eq!(a.kv_dtype, KvCacheDtype::F16);
-    assert_eq!(f.kv_dtype, KvCacheDtype::F32);
+    assert_eq!(a.kv_dtype, KvDtype::F16);
+    assert_eq!(f.kv_dtype, KvDtype::F32);
     assert!(
         a.num_blocks >= 2 * f.num_blocks - 1 && a.kv_bytes <= 64 << 20,
         "f16 {} blocks ({} bytes), f32 {} blocks",

@@ -104,10 +104,10 @@ fn qwen3_next_greedy_is_batch_chunk_and_preemption_invariant() {
 /// and batching the prompts with a chunked prefill changes no bit.
 #[test]
 fn qwen3_next_with_an_f16_cache_keeps_the_oracle_start_and_its_invariance() {
-    use oxllm_engine::KvCacheDtype;
+    use oxllm_engine::{KvCacheDtype, KvDtype};
     let (_, model) = load_model(&fixture()).unwrap();
     let auto = Engine::start(model, None, EngineConfig::default()).unwrap();
-    assert_eq!(auto.handle().info().kv_dtype, KvCacheDtype::F32);
+    assert_eq!(auto.handle().info().kv_dtype, KvDtype::F32);
     drop(auto);
     let oracle: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture().join("oracle.json")).unwrap())

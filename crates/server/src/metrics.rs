@@ -356,7 +356,7 @@ mod tests {
             max_num_batched_tokens: 64,
             vocab_size: 10,
             kv_bytes: 0,
-            kv_dtype: oxllm_engine::KvCacheDtype::F32,
+            kv_dtype: oxllm_engine::KvDtype::F32,
             plans: Default::default(),
             states: None,
         };
