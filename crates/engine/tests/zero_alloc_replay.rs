@@ -22,6 +22,8 @@ static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 /// Print a backtrace per counted allocation; read from the environment before counting.
 static TRACE: AtomicBool = AtomicBool::new(false);
 
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only
+// atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
@@ -38,15 +40,18 @@ unsafe impl GlobalAlloc for Counting {
                 COUNTING.store(true, Ordering::SeqCst);
             }
         }
+        // SAFETY: the caller's arguments satisfy `GlobalAlloc`'s contract, passed on as given.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's arguments satisfy `GlobalAlloc`'s contract, passed on as given.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
+        // SAFETY: the caller's arguments satisfy `GlobalAlloc`'s contract, passed on as given.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

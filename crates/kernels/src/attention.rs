@@ -83,12 +83,20 @@ impl KvElem for f32 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
-        std::arch::x86_64::_mm256_loadu_ps(p)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            std::arch::x86_64::_mm256_loadu_ps(p)
+        }
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
-        std::arch::x86_64::_mm512_loadu_ps(p)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            std::arch::x86_64::_mm512_loadu_ps(p)
+        }
     }
 }
 
@@ -110,14 +118,22 @@ impl KvElem for half::f16 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load8(p: *const half::f16) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::*;
-        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            use std::arch::x86_64::*;
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        }
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load16(p: *const half::f16) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            use std::arch::x86_64::*;
+            _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+        }
     }
 }
 

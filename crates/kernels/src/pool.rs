@@ -300,7 +300,11 @@ impl<T> SharedMut<T> {
     /// overlapping ranges at the same time.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(start), len)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            std::slice::from_raw_parts_mut(self.0.add(start), len)
+        }
     }
     /// A raw pointer to element `start` (no reference is formed, so threads may each write
     /// their own elements of one row through pointers derived from it).
@@ -308,7 +312,11 @@ impl<T> SharedMut<T> {
     /// # Safety
     /// `start` lies inside the original slice (or one past its end).
     pub unsafe fn ptr_at(&self, start: usize) -> *mut T {
-        self.0.add(start)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            self.0.add(start)
+        }
     }
 }
 

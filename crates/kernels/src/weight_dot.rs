@@ -163,40 +163,44 @@ mod avx512 {
         w1: &[u8],
         acts: [&[u8]; R],
     ) -> ([f32; R], [f32; R]) {
-        let mut total = [_mm512_setzero_ps(); R];
-        let (p0, p1) = (w0.as_ptr(), w1.as_ptr());
-        let ap = acts.map(|a| a.as_ptr() as *const f32);
-        let scale = |blk: *const u8| {
-            let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
-            _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))))
-        };
-        for b in 0..n / 32 {
-            let (b0, b1) = (p0.add(b * BLOCK_BYTES), p1.add(b * BLOCK_BYTES));
-            let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(scale(b0)), scale(b1));
-            let (q0, q1) = (b0.add(2), b1.add(2));
-            let mut qf = [_mm512_setzero_ps(); 4];
-            for (k, q) in qf.iter_mut().enumerate() {
-                let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    q0.add(8 * k) as *const __m128i
-                )));
-                let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    q1.add(8 * k) as *const __m128i
-                )));
-                *q = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
-            }
-            for r in 0..R {
-                let x = ap[r].add(b * 32);
-                let mut acc = _mm512_setzero_ps();
-                for (k, q) in qf.iter().enumerate() {
-                    let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(8 * k)));
-                    acc = _mm512_fmadd_ps(*q, xv, acc);
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let mut total = [_mm512_setzero_ps(); R];
+            let (p0, p1) = (w0.as_ptr(), w1.as_ptr());
+            let ap = acts.map(|a| a.as_ptr() as *const f32);
+            let scale = |blk: *const u8| {
+                let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
+                _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))))
+            };
+            for b in 0..n / 32 {
+                let (b0, b1) = (p0.add(b * BLOCK_BYTES), p1.add(b * BLOCK_BYTES));
+                let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(scale(b0)), scale(b1));
+                let (q0, q1) = (b0.add(2), b1.add(2));
+                let mut qf = [_mm512_setzero_ps(); 4];
+                for (k, q) in qf.iter_mut().enumerate() {
+                    let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        q0.add(8 * k) as *const __m128i,
+                    )));
+                    let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        q1.add(8 * k) as *const __m128i,
+                    )));
+                    *q = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
                 }
-                total[r] = _mm512_fmadd_ps(d, acc, total[r]);
+                for r in 0..R {
+                    let x = ap[r].add(b * 32);
+                    let mut acc = _mm512_setzero_ps();
+                    for (k, q) in qf.iter().enumerate() {
+                        let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(8 * k)));
+                        acc = _mm512_fmadd_ps(*q, xv, acc);
+                    }
+                    total[r] = _mm512_fmadd_ps(d, acc, total[r]);
+                }
             }
+            let lo = total.map(|t| super::avx2::hsum_pub(_mm512_castps512_ps256(t)));
+            let hi = total.map(|t| super::avx2::hsum_pub(_mm512_extractf32x8_ps::<1>(t)));
+            (lo, hi)
         }
-        let lo = total.map(|t| super::avx2::hsum_pub(_mm512_castps512_ps256(t)));
-        let hi = total.map(|t| super::avx2::hsum_pub(_mm512_extractf32x8_ps::<1>(t)));
-        (lo, hi)
     }
 }
 
@@ -243,36 +247,44 @@ mod avx2 {
     /// 16-sequence decode step runs two passes of 8).
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q8_0_rows_n<const R: usize>(n: usize, w: &[u8], acts: [&[u8]; R]) -> [f32; R] {
-        let mut total = [_mm256_setzero_ps(); R];
-        let wp = w.as_ptr();
-        let ap = acts.map(|a| a.as_ptr() as *const f32);
-        for b in 0..n / 32 {
-            let blk = wp.add(b * BLOCK_BYTES);
-            let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
-            let d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))));
-            let qs = blk.add(2);
-            let mut qf = [_mm256_setzero_ps(); 4];
-            for (k, q) in qf.iter_mut().enumerate() {
-                let q8 = _mm_loadl_epi64(qs.add(8 * k) as *const __m128i);
-                *q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-            }
-            for r in 0..R {
-                let x = ap[r].add(b * 32);
-                let mut acc = _mm256_setzero_ps();
-                for (k, q) in qf.iter().enumerate() {
-                    acc = _mm256_fmadd_ps(*q, _mm256_loadu_ps(x.add(8 * k)), acc);
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let mut total = [_mm256_setzero_ps(); R];
+            let wp = w.as_ptr();
+            let ap = acts.map(|a| a.as_ptr() as *const f32);
+            for b in 0..n / 32 {
+                let blk = wp.add(b * BLOCK_BYTES);
+                let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
+                let d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))));
+                let qs = blk.add(2);
+                let mut qf = [_mm256_setzero_ps(); 4];
+                for (k, q) in qf.iter_mut().enumerate() {
+                    let q8 = _mm_loadl_epi64(qs.add(8 * k) as *const __m128i);
+                    *q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
                 }
-                total[r] = _mm256_fmadd_ps(d, acc, total[r]);
+                for r in 0..R {
+                    let x = ap[r].add(b * 32);
+                    let mut acc = _mm256_setzero_ps();
+                    for (k, q) in qf.iter().enumerate() {
+                        acc = _mm256_fmadd_ps(*q, _mm256_loadu_ps(x.add(8 * k)), acc);
+                    }
+                    total[r] = _mm256_fmadd_ps(d, acc, total[r]);
+                }
             }
+            total.map(|t| hsum(t))
         }
-        total.map(|t| hsum(t))
     }
 
     /// [`hsum`] for the AVX-512 kernel, which must reduce its halves the same way.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn hsum_pub(total: __m256) -> f32 {
-        hsum(total)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            hsum(total)
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -286,24 +298,28 @@ mod avx2 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q8_0_impl(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let mut total = _mm256_setzero_ps();
-        let wp = w.as_ptr();
-        let ap = a.as_ptr() as *const f32;
-        for b in 0..n / 32 {
-            let blk = wp.add(b * BLOCK_BYTES);
-            let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
-            let d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))));
-            let qs = blk.add(2);
-            let x = ap.add(b * 32);
-            let mut acc = _mm256_setzero_ps();
-            for k in 0..4 {
-                let q8 = _mm_loadl_epi64(qs.add(8 * k) as *const __m128i);
-                let qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-                acc = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x.add(8 * k)), acc);
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let mut total = _mm256_setzero_ps();
+            let wp = w.as_ptr();
+            let ap = a.as_ptr() as *const f32;
+            for b in 0..n / 32 {
+                let blk = wp.add(b * BLOCK_BYTES);
+                let bits = u16::from_le_bytes([*blk, *blk.add(1)]);
+                let d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))));
+                let qs = blk.add(2);
+                let x = ap.add(b * 32);
+                let mut acc = _mm256_setzero_ps();
+                for k in 0..4 {
+                    let q8 = _mm_loadl_epi64(qs.add(8 * k) as *const __m128i);
+                    let qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+                    acc = _mm256_fmadd_ps(qf, _mm256_loadu_ps(x.add(8 * k)), acc);
+                }
+                total = _mm256_fmadd_ps(d, acc, total);
             }
-            total = _mm256_fmadd_ps(d, acc, total);
+            hsum(total)
         }
-        hsum(total)
     }
 }
 

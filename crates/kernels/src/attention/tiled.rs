@@ -263,120 +263,128 @@ impl<E: KvElem> Tile<'_, E> {
         scores: &mut [f32],
         wide: &mut [f32],
     ) {
-        let (nq, hd) = (self.nq, self.head_dim);
-        let gs = nq / self.groups;
-        let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
-        let sc = scores.as_mut_ptr();
-        // Scores, one block of keys at a time.
-        for p0 in (0..ctx_max).step_by(KB) {
-            let p1 = (p0 + KB).min(ctx_max);
-            if self.direct {
-                let pe = p1.min(self.first_ctx);
-                for g in 0..self.groups {
-                    for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
-                        let heads = &qs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
-                        let rows = (sc.add(h * self.stride), self.stride);
-                        scores_direct(self, heads, g, (p0, pe), rows);
-                    }
-                }
-                continue;
-            }
-            let rows = self.block(self.k, p0, p1, wide);
-            for g in 0..self.groups {
-                let krow = |p: usize| rows(p).add(g * hd);
-                let (ja, jb) = (g * gs, (g + 1) * gs);
-                // Heads of one token (decode) see the same keys: two at a time share each K load.
-                let mut j0 = ja;
-                if self.ctx_step == 0 {
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let (nq, hd) = (self.nq, self.head_dim);
+            let gs = nq / self.groups;
+            let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
+            let sc = scores.as_mut_ptr();
+            // Scores, one block of keys at a time.
+            for p0 in (0..ctx_max).step_by(KB) {
+                let p1 = (p0 + KB).min(ctx_max);
+                if self.direct {
                     let pe = p1.min(self.first_ctx);
-                    while j0 + 1 < jb {
-                        let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                    for g in 0..self.groups {
+                        for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
+                            let heads = &qs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
+                            let rows = (sc.add(h * self.stride), self.stride);
+                            scores_direct(self, heads, g, (p0, pe), rows);
+                        }
+                    }
+                    continue;
+                }
+                let rows = self.block(self.k, p0, p1, wide);
+                for g in 0..self.groups {
+                    let krow = |p: usize| rows(p).add(g * hd);
+                    let (ja, jb) = (g * gs, (g + 1) * gs);
+                    // Heads of one token (decode) see the same keys: two at a time share each K load.
+                    let mut j0 = ja;
+                    if self.ctx_step == 0 {
+                        let pe = p1.min(self.first_ctx);
+                        while j0 + 1 < jb {
+                            let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                            let mut p = p0;
+                            while p < pe {
+                                let ks: [*const f32; 4] =
+                                    std::array::from_fn(|u| krow((p + u).min(pe - 1)));
+                                let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
+                                for u in 0..(pe - p).min(4) {
+                                    *rows.0.add(p + u) = d0[u] * self.scale;
+                                    *rows.1.add(p + u) = d1[u] * self.scale;
+                                }
+                                p += 4;
+                            }
+                            j0 += 2;
+                        }
+                    }
+                    for (j, &qp) in qs.iter().enumerate().take(jb).skip(j0) {
+                        let pe = p1.min(self.first_ctx + j * self.ctx_step);
+                        let row = sc.add(j * self.stride);
                         let mut p = p0;
                         while p < pe {
                             let ks: [*const f32; 4] =
                                 std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                            let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
-                            for u in 0..(pe - p).min(4) {
-                                *rows.0.add(p + u) = d0[u] * self.scale;
-                                *rows.1.add(p + u) = d1[u] * self.scale;
+                            let d = dot4(qp, ks, hd);
+                            for (u, &dv) in d.iter().enumerate().take(pe - p) {
+                                *row.add(p + u) = dv * self.scale;
                             }
                             p += 4;
                         }
-                        j0 += 2;
-                    }
-                }
-                for (j, &qp) in qs.iter().enumerate().take(jb).skip(j0) {
-                    let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                    let row = sc.add(j * self.stride);
-                    let mut p = p0;
-                    while p < pe {
-                        let ks: [*const f32; 4] =
-                            std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                        let d = dot4(qp, ks, hd);
-                        for (u, &dv) in d.iter().enumerate().take(pe - p) {
-                            *row.add(p + u) = dv * self.scale;
-                        }
-                        p += 4;
                     }
                 }
             }
-        }
-        for j in 0..nq {
-            let ctx = self.first_ctx + j * self.ctx_step;
-            softmax_in_place(&mut scores[j * self.stride..][..ctx]);
-        }
-        let sc = scores.as_ptr();
-        // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
-        for p0 in (0..ctx_max).step_by(KB) {
-            let p1 = (p0 + KB).min(ctx_max);
-            if self.direct {
-                let pe = p1.min(self.first_ctx);
-                for g in 0..self.groups {
-                    for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
-                        let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
-                        let w = (sc.add(h * self.stride), self.stride);
-                        values_direct(self, heads, g, (p0, pe), w);
-                    }
-                }
-                continue;
+            for j in 0..nq {
+                let ctx = self.first_ctx + j * self.ctx_step;
+                softmax_in_place(&mut scores[j * self.stride..][..ctx]);
             }
-            let rows = self.block(self.v, p0, p1, wide);
-            for g in 0..self.groups {
-                let vrow = |p: usize| rows(p).add(g * hd);
-                let (ja, jb) = (g * gs, (g + 1) * gs);
-                let mut j0 = ja;
-                if self.ctx_step == 0 && p0 < self.first_ctx {
-                    // Decode heads: two outputs share each V load (same lane chains as `axpy`).
+            let sc = scores.as_ptr();
+            // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
+            for p0 in (0..ctx_max).step_by(KB) {
+                let p1 = (p0 + KB).min(ctx_max);
+                if self.direct {
                     let pe = p1.min(self.first_ctx);
-                    while j0 + 1 < jb {
-                        let o = (outs[j0], outs[j0 + 1]);
-                        let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                    for g in 0..self.groups {
+                        for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
+                            let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
+                            let w = (sc.add(h * self.stride), self.stride);
+                            values_direct(self, heads, g, (p0, pe), w);
+                        }
+                    }
+                    continue;
+                }
+                let rows = self.block(self.v, p0, p1, wide);
+                for g in 0..self.groups {
+                    let vrow = |p: usize| rows(p).add(g * hd);
+                    let (ja, jb) = (g * gs, (g + 1) * gs);
+                    let mut j0 = ja;
+                    if self.ctx_step == 0 && p0 < self.first_ctx {
+                        // Decode heads: two outputs share each V load (same lane chains as `axpy`).
+                        let pe = p1.min(self.first_ctx);
+                        while j0 + 1 < jb {
+                            let o = (outs[j0], outs[j0 + 1]);
+                            let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
+                            let mut d0 = 0;
+                            while d0 + 32 <= hd {
+                                axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
+                                    vrow(p).add(d0)
+                                });
+                                d0 += 32;
+                            }
+                            while d0 < hd {
+                                axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
+                                    vrow(p).add(d0)
+                                });
+                                d0 += 8;
+                            }
+                            j0 += 2;
+                        }
+                    }
+                    for (j, &op) in outs.iter().enumerate().take(jb).skip(j0) {
+                        let pe = p1.min(self.first_ctx + j * self.ctx_step);
+                        if pe <= p0 {
+                            continue;
+                        }
+                        let w = sc.add(j * self.stride);
                         let mut d0 = 0;
-                        while d0 + 32 <= hd {
-                            axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
-                            d0 += 32;
+                        while d0 + 64 <= hd {
+                            axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
+                            d0 += 64;
                         }
                         while d0 < hd {
-                            axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p).add(d0));
+                            axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
                             d0 += 8;
                         }
-                        j0 += 2;
-                    }
-                }
-                for (j, &op) in outs.iter().enumerate().take(jb).skip(j0) {
-                    let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                    if pe <= p0 {
-                        continue;
-                    }
-                    let w = sc.add(j * self.stride);
-                    let mut d0 = 0;
-                    while d0 + 64 <= hd {
-                        axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                        d0 += 64;
-                    }
-                    while d0 < hd {
-                        axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                        d0 += 8;
                     }
                 }
             }
@@ -388,22 +396,26 @@ impl<E: KvElem> Tile<'_, E> {
     /// the loads of the next block are spread over this one's arithmetic.
     #[inline(always)]
     unsafe fn prefetch_ahead(&self, p: usize, g: usize, values: bool) {
-        let ctx = self.offs.len();
-        let ahead = p + KB;
-        let (cache, q) = match (values, ahead < ctx) {
-            (false, true) => (self.k, ahead),
-            (false, false) => (self.v, ahead - ctx),
-            (true, _) => (self.v, ahead),
-        };
-        if q >= ctx {
-            return;
-        }
-        let start = cache.add(self.offs[q] + g * self.head_dim) as usize;
-        let end = start + self.head_dim * std::mem::size_of::<E>();
-        let mut line = start & !63;
-        while line < end {
-            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
-            line += 64;
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let ctx = self.offs.len();
+            let ahead = p + KB;
+            let (cache, q) = match (values, ahead < ctx) {
+                (false, true) => (self.k, ahead),
+                (false, false) => (self.v, ahead - ctx),
+                (true, _) => (self.v, ahead),
+            };
+            if q >= ctx {
+                return;
+            }
+            let start = cache.add(self.offs[q] + g * self.head_dim) as usize;
+            let end = start + self.head_dim * std::mem::size_of::<E>();
+            let mut line = start & !63;
+            while line < end {
+                _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+                line += 64;
+            }
         }
     }
 
@@ -419,22 +431,26 @@ impl<E: KvElem> Tile<'_, E> {
         p1: usize,
         wide: &mut [f32],
     ) -> impl Fn(usize) -> *const f32 + '_ {
-        let rw = self.groups * self.head_dim;
-        if !E::IS_F32 {
-            for p in p0..p1 {
-                let src = cache.add(self.offs[p]);
-                let dst = wide.as_mut_ptr().add((p - p0) * rw);
-                for d in (0..rw).step_by(8) {
-                    _mm256_storeu_ps(dst.add(d), E::load8(src.add(d)));
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let rw = self.groups * self.head_dim;
+            if !E::IS_F32 {
+                for p in p0..p1 {
+                    let src = cache.add(self.offs[p]);
+                    let dst = wide.as_mut_ptr().add((p - p0) * rw);
+                    for d in (0..rw).step_by(8) {
+                        _mm256_storeu_ps(dst.add(d), E::load8(src.add(d)));
+                    }
                 }
             }
-        }
-        let (base, wide) = (cache.cast::<f32>(), wide.as_ptr());
-        move |p| {
-            if E::IS_F32 {
-                base.add(self.offs[p])
-            } else {
-                wide.add((p - p0) * rw)
+            let (base, wide) = (cache.cast::<f32>(), wide.as_ptr());
+            move |p| {
+                if E::IS_F32 {
+                    base.add(self.offs[p])
+                } else {
+                    wide.add((p - p0) * rw)
+                }
             }
         }
     }
@@ -468,41 +484,45 @@ unsafe fn scores_direct<E: KvElem>(
     (p0, pe): (usize, usize),
     (row0, stride): (*mut f32, usize),
 ) {
-    let hd = t.head_dim;
-    let n = qs.len();
-    let mut p = p0;
-    while p < pe {
-        // Plain loops: closures would not inherit this function's target features.
-        let mut ks = [t.k; 4];
-        for (u, k) in ks.iter_mut().enumerate() {
-            *k = t.k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
-        }
-        for u in p..(p + 4).min(pe) {
-            t.prefetch_ahead(u, g, false);
-        }
-        let mut acc = [[_mm256_setzero_ps(); 4]; MAX_DIRECT_HEADS];
-        let mut d = 0;
-        while d < hd {
-            let mut kv = [_mm256_setzero_ps(); 4];
-            for (k, src) in kv.iter_mut().zip(ks) {
-                *k = E::load8(src.add(d));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let hd = t.head_dim;
+        let n = qs.len();
+        let mut p = p0;
+        while p < pe {
+            // Plain loops: closures would not inherit this function's target features.
+            let mut ks = [t.k; 4];
+            for (u, k) in ks.iter_mut().enumerate() {
+                *k = t.k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
             }
-            for (h, acc) in acc.iter_mut().enumerate().take(n) {
-                let qv = _mm256_loadu_ps(qs[h].add(d));
-                for (a, k) in acc.iter_mut().zip(kv) {
-                    *a = _mm256_fmadd_ps(qv, k, *a);
+            for u in p..(p + 4).min(pe) {
+                t.prefetch_ahead(u, g, false);
+            }
+            let mut acc = [[_mm256_setzero_ps(); 4]; MAX_DIRECT_HEADS];
+            let mut d = 0;
+            while d < hd {
+                let mut kv = [_mm256_setzero_ps(); 4];
+                for (k, src) in kv.iter_mut().zip(ks) {
+                    *k = E::load8(src.add(d));
+                }
+                for (h, acc) in acc.iter_mut().enumerate().take(n) {
+                    let qv = _mm256_loadu_ps(qs[h].add(d));
+                    for (a, k) in acc.iter_mut().zip(kv) {
+                        *a = _mm256_fmadd_ps(qv, k, *a);
+                    }
+                }
+                d += 8;
+            }
+            for (h, acc) in acc.iter().enumerate().take(n) {
+                let s = reduce4(*acc);
+                let row = row0.add(h * stride);
+                for (u, &v) in s.iter().enumerate().take(pe - p) {
+                    *row.add(p + u) = v * t.scale;
                 }
             }
-            d += 8;
+            p += 4;
         }
-        for (h, acc) in acc.iter().enumerate().take(n) {
-            let s = reduce4(*acc);
-            let row = row0.add(h * stride);
-            for (u, &v) in s.iter().enumerate().take(pe - p) {
-                *row.add(p + u) = v * t.scale;
-            }
-        }
-        p += 4;
     }
 }
 
@@ -523,55 +543,59 @@ unsafe fn values_direct<E: KvElem>(
     (p0, pe): (usize, usize),
     (w0, stride): (*const f32, usize),
 ) {
-    const NC: usize = 4;
-    let hd = t.head_dim;
-    let n = outs.len();
-    let mut d0 = 0;
-    while d0 + 16 <= hd {
-        let nc = ((hd - d0) / 16).min(NC);
-        let mut acc = [[_mm512_setzero_ps(); NC]; MAX_DIRECT_HEADS];
-        for (h, acc) in acc.iter_mut().enumerate().take(n) {
-            for (c, a) in acc.iter_mut().enumerate().take(nc) {
-                *a = _mm512_loadu_ps(outs[h].add(d0 + 16 * c));
-            }
-        }
-        for p in p0..pe {
-            if d0 == 0 {
-                t.prefetch_ahead(p, g, true);
-            }
-            let vr = t.v.add(t.offs[p] + g * hd + d0);
-            let mut w = [_mm512_setzero_ps(); MAX_DIRECT_HEADS];
-            for (h, w) in w.iter_mut().enumerate().take(n) {
-                *w = _mm512_set1_ps(*w0.add(h * stride + p));
-            }
-            for c in 0..nc {
-                let v = E::load16(vr.add(16 * c));
-                for h in 0..n {
-                    acc[h][c] = _mm512_fmadd_ps(w[h], v, acc[h][c]);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        const NC: usize = 4;
+        let hd = t.head_dim;
+        let n = outs.len();
+        let mut d0 = 0;
+        while d0 + 16 <= hd {
+            let nc = ((hd - d0) / 16).min(NC);
+            let mut acc = [[_mm512_setzero_ps(); NC]; MAX_DIRECT_HEADS];
+            for (h, acc) in acc.iter_mut().enumerate().take(n) {
+                for (c, a) in acc.iter_mut().enumerate().take(nc) {
+                    *a = _mm512_loadu_ps(outs[h].add(d0 + 16 * c));
                 }
             }
-        }
-        for (h, acc) in acc.iter().enumerate().take(n) {
-            for (c, a) in acc.iter().enumerate().take(nc) {
-                _mm512_storeu_ps(outs[h].add(d0 + 16 * c), *a);
+            for p in p0..pe {
+                if d0 == 0 {
+                    t.prefetch_ahead(p, g, true);
+                }
+                let vr = t.v.add(t.offs[p] + g * hd + d0);
+                let mut w = [_mm512_setzero_ps(); MAX_DIRECT_HEADS];
+                for (h, w) in w.iter_mut().enumerate().take(n) {
+                    *w = _mm512_set1_ps(*w0.add(h * stride + p));
+                }
+                for c in 0..nc {
+                    let v = E::load16(vr.add(16 * c));
+                    for h in 0..n {
+                        acc[h][c] = _mm512_fmadd_ps(w[h], v, acc[h][c]);
+                    }
+                }
             }
+            for (h, acc) in acc.iter().enumerate().take(n) {
+                for (c, a) in acc.iter().enumerate().take(nc) {
+                    _mm512_storeu_ps(outs[h].add(d0 + 16 * c), *a);
+                }
+            }
+            d0 += 16 * nc;
         }
-        d0 += 16 * nc;
-    }
-    if d0 < hd {
-        // The last 8 lanes of a head size that is an odd multiple of 8.
-        let mut acc = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
-        for (h, a) in acc.iter_mut().enumerate().take(n) {
-            *a = _mm256_loadu_ps(outs[h].add(d0));
-        }
-        for p in p0..pe {
-            let v = E::load8(t.v.add(t.offs[p] + g * hd + d0));
+        if d0 < hd {
+            // The last 8 lanes of a head size that is an odd multiple of 8.
+            let mut acc = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
             for (h, a) in acc.iter_mut().enumerate().take(n) {
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(*w0.add(h * stride + p)), v, *a);
+                *a = _mm256_loadu_ps(outs[h].add(d0));
             }
-        }
-        for (h, a) in acc.iter().enumerate().take(n) {
-            _mm256_storeu_ps(outs[h].add(d0), *a);
+            for p in p0..pe {
+                let v = E::load8(t.v.add(t.offs[p] + g * hd + d0));
+                for (h, a) in acc.iter_mut().enumerate().take(n) {
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(*w0.add(h * stride + p)), v, *a);
+                }
+            }
+            for (h, a) in acc.iter().enumerate().take(n) {
+                _mm256_storeu_ps(outs[h].add(d0), *a);
+            }
         }
     }
 }
@@ -586,16 +610,20 @@ unsafe fn axpy<const NC: usize>(
     pe: usize,
     row: impl Fn(usize) -> *const f32,
 ) {
-    let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
-    for p in p0..pe {
-        let wv = _mm256_set1_ps(*w.add(p));
-        let vr = row(p);
-        for (c, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * c)), *a);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
+        for p in p0..pe {
+            let wv = _mm256_set1_ps(*w.add(p));
+            let vr = row(p);
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.add(8 * c)), *a);
+            }
         }
-    }
-    for (c, a) in acc.iter().enumerate() {
-        _mm256_storeu_ps(o.add(8 * c), *a);
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * c), *a);
+        }
     }
 }
 
@@ -610,20 +638,24 @@ unsafe fn axpy2<const NC: usize>(
     pe: usize,
     row: impl Fn(usize) -> *const f32,
 ) {
-    let mut a0: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.0.add(8 * c)));
-    let mut a1: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.1.add(8 * c)));
-    for p in p0..pe {
-        let (w0, w1) = (_mm256_set1_ps(*w.0.add(p)), _mm256_set1_ps(*w.1.add(p)));
-        let vr = row(p);
-        for c in 0..NC {
-            let v = _mm256_loadu_ps(vr.add(8 * c));
-            a0[c] = _mm256_fmadd_ps(w0, v, a0[c]);
-            a1[c] = _mm256_fmadd_ps(w1, v, a1[c]);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut a0: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.0.add(8 * c)));
+        let mut a1: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.1.add(8 * c)));
+        for p in p0..pe {
+            let (w0, w1) = (_mm256_set1_ps(*w.0.add(p)), _mm256_set1_ps(*w.1.add(p)));
+            let vr = row(p);
+            for c in 0..NC {
+                let v = _mm256_loadu_ps(vr.add(8 * c));
+                a0[c] = _mm256_fmadd_ps(w0, v, a0[c]);
+                a1[c] = _mm256_fmadd_ps(w1, v, a1[c]);
+            }
         }
-    }
-    for c in 0..NC {
-        _mm256_storeu_ps(o.0.add(8 * c), a0[c]);
-        _mm256_storeu_ps(o.1.add(8 * c), a1[c]);
+        for c in 0..NC {
+            _mm256_storeu_ps(o.0.add(8 * c), a0[c]);
+            _mm256_storeu_ps(o.1.add(8 * c), a1[c]);
+        }
     }
 }
 
@@ -637,32 +669,40 @@ unsafe fn dot4x2(
     k: [*const f32; 4],
     hd: usize,
 ) -> ([f32; 4], [f32; 4]) {
-    let mut a0 = [_mm256_setzero_ps(); 4];
-    let mut a1 = [_mm256_setzero_ps(); 4];
-    let mut d = 0;
-    while d < hd {
-        let (x0, x1) = (_mm256_loadu_ps(q0.add(d)), _mm256_loadu_ps(q1.add(d)));
-        for u in 0..4 {
-            let kv = _mm256_loadu_ps(k[u].add(d));
-            a0[u] = _mm256_fmadd_ps(x0, kv, a0[u]);
-            a1[u] = _mm256_fmadd_ps(x1, kv, a1[u]);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut a0 = [_mm256_setzero_ps(); 4];
+        let mut a1 = [_mm256_setzero_ps(); 4];
+        let mut d = 0;
+        while d < hd {
+            let (x0, x1) = (_mm256_loadu_ps(q0.add(d)), _mm256_loadu_ps(q1.add(d)));
+            for u in 0..4 {
+                let kv = _mm256_loadu_ps(k[u].add(d));
+                a0[u] = _mm256_fmadd_ps(x0, kv, a0[u]);
+                a1[u] = _mm256_fmadd_ps(x1, kv, a1[u]);
+            }
+            d += 8;
         }
-        d += 8;
+        (reduce4(a0), reduce4(a1))
     }
-    (reduce4(a0), reduce4(a1))
 }
 
 /// The per-key sums of four accumulators: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn reduce4(acc: [__m256; 4]) -> [f32; 4] {
-    let h01 = _mm256_hadd_ps(acc[0], acc[1]);
-    let h23 = _mm256_hadd_ps(acc[2], acc[3]);
-    let h = _mm256_hadd_ps(h01, h23);
-    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-    let mut r = [0f32; 4];
-    _mm_storeu_ps(r.as_mut_ptr(), s);
-    r
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let h01 = _mm256_hadd_ps(acc[0], acc[1]);
+        let h23 = _mm256_hadd_ps(acc[2], acc[3]);
+        let h = _mm256_hadd_ps(h01, h23);
+        let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let mut r = [0f32; 4];
+        _mm_storeu_ps(r.as_mut_ptr(), s);
+        r
+    }
 }
 
 /// Dots of `q` with four key rows (`hd` floats each, `hd % 8 == 0`): one fma chain per key over
@@ -670,16 +710,20 @@ unsafe fn reduce4(acc: [__m256; 4]) -> [f32; 4] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot4(q: *const f32, k: [*const f32; 4], hd: usize) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut d = 0;
-    while d < hd {
-        let qv = _mm256_loadu_ps(q.add(d));
-        for (a, kp) in acc.iter_mut().zip(k) {
-            *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(d)), *a);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut d = 0;
+        while d < hd {
+            let qv = _mm256_loadu_ps(q.add(d));
+            for (a, kp) in acc.iter_mut().zip(k) {
+                *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(d)), *a);
+            }
+            d += 8;
         }
-        d += 8;
+        reduce4(acc)
     }
-    reduce4(acc)
 }
 
 #[cfg(test)]

@@ -38,8 +38,12 @@ pub(crate) const CALL_ROWS: usize = 4;
 /// Lane mask of the set bits of `bits` (lane `i` for bit `i`), for `vmaskmovps`.
 #[inline(always)]
 unsafe fn lane_mask(bits: u8) -> __m256i {
-    let pick = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits as i32), pick), pick)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let pick = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits as i32), pick), pick)
+    }
 }
 
 /// Half `h` of the panel at `panel` (format given by `MIN`, `NIB`, `BIAS`: as the AVX512-VNNI
@@ -65,62 +69,66 @@ pub(crate) unsafe fn panel_half<
     ch: &Chunk<C>,
     (col, bits): (usize, u8),
 ) {
-    let mut acc = [_mm256_setzero_ps(); C];
-    let low = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
-    let flip = _mm256_set1_epi8(-128);
-    for b in 0..nb {
-        let r = panel.add(b * rec);
-        ask_for(ahead, b * rec, rec);
-        let q = r.add(scale_bytes + 32 * h);
-        let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
-        let mut isum = [_mm256_setzero_si256(); C];
-        if NIB {
-            // Quant dword j in the low nibbles, j + 4 in the high ones.
-            let mut s16 = [_mm256_setzero_si256(); C];
-            for j in 0..4 {
-                let x = _mm256_loadu_si256(q.add(64 * j).cast());
-                let lo = _mm256_and_si256(x, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
-                each_row!(C, c => {
-                    let a = qs.add(c * QK).cast::<i32>();
-                    let xl = _mm256_set1_epi32(a.add(j).read_unaligned());
-                    let xh = _mm256_set1_epi32(a.add(j + 4).read_unaligned());
-                    s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, xl));
-                    s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, xh));
-                });
-            }
-            each_row!(C, c => {
-                isum[c] = _mm256_madd_epi16(s16[c], ones);
-                if BIAS {
-                    isum[c] = _mm256_add_epi32(isum[c], _mm256_set1_epi32(*ch.corr.add(b * CH + c)));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); C];
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(-128);
+        for b in 0..nb {
+            let r = panel.add(b * rec);
+            ask_for(ahead, b * rec, rec);
+            let q = r.add(scale_bytes + 32 * h);
+            let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
+            let mut isum = [_mm256_setzero_si256(); C];
+            if NIB {
+                // Quant dword j in the low nibbles, j + 4 in the high ones.
+                let mut s16 = [_mm256_setzero_si256(); C];
+                for j in 0..4 {
+                    let x = _mm256_loadu_si256(q.add(64 * j).cast());
+                    let lo = _mm256_and_si256(x, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                    each_row!(C, c => {
+                        let a = qs.add(c * QK).cast::<i32>();
+                        let xl = _mm256_set1_epi32(a.add(j).read_unaligned());
+                        let xh = _mm256_set1_epi32(a.add(j + 4).read_unaligned());
+                        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, xl));
+                        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, xh));
+                    });
                 }
-            });
-        } else {
-            for j in 0..8 {
-                let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * j).cast()), flip);
-                let aw = _mm256_sign_epi8(w, w);
                 each_row!(C, c => {
-                    let a = qs.add(c * QK).cast::<i32>();
-                    let x = _mm256_set1_epi32(a.add(j).read_unaligned());
-                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
+                    isum[c] = _mm256_madd_epi16(s16[c], ones);
+                    if BIAS {
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_set1_epi32(*ch.corr.add(b * CH + c)));
+                    }
+                });
+            } else {
+                for j in 0..8 {
+                    let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * j).cast()), flip);
+                    let aw = _mm256_sign_epi8(w, w);
+                    each_row!(C, c => {
+                        let a = qs.add(c * QK).cast::<i32>();
+                        let x = _mm256_set1_epi32(a.add(j).read_unaligned());
+                        let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
+                    });
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
+            each_row!(C, c => {
+                let s = _mm256_mul_ps(dw, _mm256_set1_ps(*terms.add(c)));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
+            });
+            if MIN {
+                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(32 + 16 * h).cast()));
+                each_row!(C, c => {
+                    acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*terms.add(CH + c)), acc[c]);
                 });
             }
         }
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
-        each_row!(C, c => {
-            let s = _mm256_mul_ps(dw, _mm256_set1_ps(*terms.add(c)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
-        });
-        if MIN {
-            let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(32 + 16 * h).cast()));
-            each_row!(C, c => {
-                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*terms.add(CH + c)), acc[c]);
-            });
-        }
+        store(&ch.out, col, bits, &acc);
     }
-    store(&ch.out, col, bits, &acc);
 }
 
 /// [`panel_half`] for the wide Q8_0 format against 16-bit activation rows
@@ -137,40 +145,48 @@ pub(crate) unsafe fn wide_half<const C: usize>(
     ch: &WideChunk<C>,
     (col, bits): (usize, u8),
 ) {
-    let mut acc = [_mm256_setzero_ps(); C];
-    for b in 0..nb {
-        let r = panel.add(b * rec);
-        ask_for(ahead, b * rec, rec);
-        let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
-        let mut isum = [_mm256_setzero_si256(); C];
-        for j in 0..QK / 2 {
-            let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(r.add(32 + 32 * j + 16 * h).cast()));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); C];
+        for b in 0..nb {
+            let r = panel.add(b * rec);
+            ask_for(ahead, b * rec, rec);
+            let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
+            let mut isum = [_mm256_setzero_si256(); C];
+            for j in 0..QK / 2 {
+                let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(r.add(32 + 32 * j + 16 * h).cast()));
+                each_row!(C, c => {
+                    let x = _mm256_set1_epi32(*pairs.add(c * QK / 2 + j));
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(w, x));
+                });
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
             each_row!(C, c => {
-                let x = _mm256_set1_epi32(*pairs.add(c * QK / 2 + j));
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(w, x));
+                let s = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c)));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
             });
         }
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
-        each_row!(C, c => {
-            let s = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
-        });
+        store(&ch.out, col, bits, &acc);
     }
-    store(&ch.out, col, bits, &acc);
 }
 
 /// Writes lanes `bits` of each row's accumulator to `out[c] + col`.
 #[inline(always)]
 unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: &[__m256; C]) {
-    if bits == u8::MAX {
-        for (o, a) in out.iter().zip(acc) {
-            _mm256_storeu_ps(o.add(col), *a);
-        }
-    } else {
-        // Masked lanes are neither written nor touched (no fault past the row's end).
-        let mask = lane_mask(bits);
-        for (o, a) in out.iter().zip(acc) {
-            _mm256_maskstore_ps(o.wrapping_add(col), mask, *a);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        if bits == u8::MAX {
+            for (o, a) in out.iter().zip(acc) {
+                _mm256_storeu_ps(o.add(col), *a);
+            }
+        } else {
+            // Masked lanes are neither written nor touched (no fault past the row's end).
+            let mask = lane_mask(bits);
+            for (o, a) in out.iter().zip(acc) {
+                _mm256_maskstore_ps(o.wrapping_add(col), mask, *a);
+            }
         }
     }
 }

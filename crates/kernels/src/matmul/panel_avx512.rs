@@ -71,76 +71,80 @@ pub(crate) unsafe fn panel_pair<
     ch: &Chunk<C>,
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
-    let mut acc = [[_mm512_setzero_ps(); C]; 2];
-    let low = _mm512_set1_epi8(0x0F);
-    for b in 0..nb {
-        let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
-        ask_for(ahead, b * rec, rec);
-        let (q0, q1) = (r0.add(scale_bytes), r1.add(scale_bytes));
-        let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
-        let corr = ch.corr.add(b * CH);
-        let mut isum = [[_mm512_setzero_si512(); C]; 2];
-        if BIAS {
-            each_row!(C, c => {
-                isum[0][c] = _mm512_set1_epi32(*corr.add(c));
-                isum[1][c] = isum[0][c];
-            });
-        }
-        // Quant dwords j (and j + 4 for nibbles) of both panels, each activation dword
-        // broadcast once for the two.
-        let steps = if NIB { 4 } else { 8 };
-        for j in 0..steps {
-            let x0 = _mm512_loadu_si512(q0.add(64 * j).cast());
-            let x1 = _mm512_loadu_si512(q1.add(64 * j).cast());
-            let (w0, w1) = if NIB {
-                (_mm512_and_si512(x0, low), _mm512_and_si512(x1, low))
-            } else {
-                (x0, x1)
-            };
-            each_row!(C, c => {
-                let a = qs.add(c * QK).cast::<i32>();
-                let x = _mm512_set1_epi32(a.add(j).read_unaligned());
-                isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], w0, x);
-                isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], w1, x);
-            });
-            if NIB {
-                let h0 = _mm512_and_si512(_mm512_srli_epi16::<4>(x0), low);
-                let h1 = _mm512_and_si512(_mm512_srli_epi16::<4>(x1), low);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [[_mm512_setzero_ps(); C]; 2];
+        let low = _mm512_set1_epi8(0x0F);
+        for b in 0..nb {
+            let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+            ask_for(ahead, b * rec, rec);
+            let (q0, q1) = (r0.add(scale_bytes), r1.add(scale_bytes));
+            let (qs, terms) = (ch.qs.add(b * CH * QK), ch.terms.add(b * 2 * CH));
+            let corr = ch.corr.add(b * CH);
+            let mut isum = [[_mm512_setzero_si512(); C]; 2];
+            if BIAS {
+                each_row!(C, c => {
+                    isum[0][c] = _mm512_set1_epi32(*corr.add(c));
+                    isum[1][c] = isum[0][c];
+                });
+            }
+            // Quant dwords j (and j + 4 for nibbles) of both panels, each activation dword
+            // broadcast once for the two.
+            let steps = if NIB { 4 } else { 8 };
+            for j in 0..steps {
+                let x0 = _mm512_loadu_si512(q0.add(64 * j).cast());
+                let x1 = _mm512_loadu_si512(q1.add(64 * j).cast());
+                let (w0, w1) = if NIB {
+                    (_mm512_and_si512(x0, low), _mm512_and_si512(x1, low))
+                } else {
+                    (x0, x1)
+                };
                 each_row!(C, c => {
                     let a = qs.add(c * QK).cast::<i32>();
-                    let x = _mm512_set1_epi32(a.add(j + 4).read_unaligned());
-                    isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], h0, x);
-                    isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], h1, x);
+                    let x = _mm512_set1_epi32(a.add(j).read_unaligned());
+                    isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], w0, x);
+                    isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], w1, x);
+                });
+                if NIB {
+                    let h0 = _mm512_and_si512(_mm512_srli_epi16::<4>(x0), low);
+                    let h1 = _mm512_and_si512(_mm512_srli_epi16::<4>(x1), low);
+                    each_row!(C, c => {
+                        let a = qs.add(c * QK).cast::<i32>();
+                        let x = _mm512_set1_epi32(a.add(j + 4).read_unaligned());
+                        isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], h0, x);
+                        isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], h1, x);
+                    });
+                }
+            }
+            let dw = [
+                _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
+            ];
+            each_row!(C, c => {
+                let ad = _mm512_set1_ps(*terms.add(c));
+                for k in 0..2 {
+                    let s = _mm512_mul_ps(dw[k], ad);
+                    acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
+                }
+            });
+            if MIN {
+                let mw = [
+                    _mm512_cvtph_ps(_mm256_loadu_si256(r0.add(32).cast())),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(r1.add(32).cast())),
+                ];
+                each_row!(C, c => {
+                    let sa = _mm512_set1_ps(*terms.add(CH + c));
+                    for k in 0..2 {
+                        acc[k][c] = _mm512_fmadd_ps(mw[k], sa, acc[k][c]);
+                    }
                 });
             }
         }
-        let dw = [
-            _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
-            _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
-        ];
-        each_row!(C, c => {
-            let ad = _mm512_set1_ps(*terms.add(c));
-            for k in 0..2 {
-                let s = _mm512_mul_ps(dw[k], ad);
-                acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
+        for k in 0..2 {
+            for (out, acc) in ch.out.iter().zip(acc[k]) {
+                _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
             }
-        });
-        if MIN {
-            let mw = [
-                _mm512_cvtph_ps(_mm256_loadu_si256(r0.add(32).cast())),
-                _mm512_cvtph_ps(_mm256_loadu_si256(r1.add(32).cast())),
-            ];
-            each_row!(C, c => {
-                let sa = _mm512_set1_ps(*terms.add(CH + c));
-                for k in 0..2 {
-                    acc[k][c] = _mm512_fmadd_ps(mw[k], sa, acc[k][c]);
-                }
-            });
-        }
-    }
-    for k in 0..2 {
-        for (out, acc) in ch.out.iter().zip(acc[k]) {
-            _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
         }
     }
 }
@@ -172,36 +176,40 @@ pub(crate) unsafe fn wide_pair<const C: usize>(
     ch: &WideChunk<C>,
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
-    let mut acc = [[_mm512_setzero_ps(); C]; 2];
-    for b in 0..nb {
-        let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
-        ask_for(ahead, b * rec, rec);
-        let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
-        let mut isum = [[_mm512_setzero_si512(); C]; 2];
-        for j in 0..QK / 2 {
-            let w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r0.add(32 + 32 * j).cast()));
-            let w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r1.add(32 + 32 * j).cast()));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [[_mm512_setzero_ps(); C]; 2];
+        for b in 0..nb {
+            let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
+            ask_for(ahead, b * rec, rec);
+            let (pairs, ad) = (ch.pairs.add(b * CH * QK / 2), ch.ad.add(b * CH));
+            let mut isum = [[_mm512_setzero_si512(); C]; 2];
+            for j in 0..QK / 2 {
+                let w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r0.add(32 + 32 * j).cast()));
+                let w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(r1.add(32 + 32 * j).cast()));
+                each_row!(C, c => {
+                    let x = _mm512_set1_epi32(*pairs.add(c * QK / 2 + j));
+                    isum[0][c] = dpwssd_reg(isum[0][c], w0, x);
+                    isum[1][c] = dpwssd_reg(isum[1][c], w1, x);
+                });
+            }
+            let dw = [
+                _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
+            ];
             each_row!(C, c => {
-                let x = _mm512_set1_epi32(*pairs.add(c * QK / 2 + j));
-                isum[0][c] = dpwssd_reg(isum[0][c], w0, x);
-                isum[1][c] = dpwssd_reg(isum[1][c], w1, x);
+                let a = _mm512_set1_ps(*ad.add(c));
+                for k in 0..2 {
+                    let s = _mm512_mul_ps(dw[k], a);
+                    acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
+                }
             });
         }
-        let dw = [
-            _mm512_cvtph_ps(_mm256_loadu_si256(r0.cast())),
-            _mm512_cvtph_ps(_mm256_loadu_si256(r1.cast())),
-        ];
-        each_row!(C, c => {
-            let a = _mm512_set1_ps(*ad.add(c));
-            for k in 0..2 {
-                let s = _mm512_mul_ps(dw[k], a);
-                acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][c]), s, acc[k][c]);
+        for k in 0..2 {
+            for (out, acc) in ch.out.iter().zip(acc[k]) {
+                _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
             }
-        });
-    }
-    for k in 0..2 {
-        for (out, acc) in ch.out.iter().zip(acc[k]) {
-            _mm512_mask_storeu_ps(out.add(cols[k]), masks[k], acc);
         }
     }
 }
@@ -233,13 +241,17 @@ fn ask_for(pair: [*const u8; 2], at: usize, len: usize) {
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
 unsafe fn dpwssd_reg(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
-    let mut acc = acc;
-    std::arch::asm!(
-        "vpdpwssd {acc}, {w}, {x}",
-        acc = inout(zmm_reg) acc,
-        w = in(zmm_reg) w,
-        x = in(zmm_reg) x,
-        options(pure, nomem, nostack, preserves_flags),
-    );
-    acc
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = acc;
+        std::arch::asm!(
+            "vpdpwssd {acc}, {w}, {x}",
+            acc = inout(zmm_reg) acc,
+            w = in(zmm_reg) w,
+            x = in(zmm_reg) x,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    }
 }

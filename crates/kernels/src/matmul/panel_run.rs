@@ -132,16 +132,20 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    for_each_call(p, wi, c0, rows, |at, rest| match rest {
-        1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
-        2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
-        3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
-        4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
-        5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
-        6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
-        7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
-        _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
-    });
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        for_each_call(p, wi, c0, rows, |at, rest| match rest {
+            1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
+            2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
+            3 => pair::<3, MIN, NIB, BIAS>(p, at, out),
+            4 => pair::<4, MIN, NIB, BIAS>(p, at, out),
+            5 => pair::<5, MIN, NIB, BIAS>(p, at, out),
+            6 => pair::<6, MIN, NIB, BIAS>(p, at, out),
+            7 => pair::<7, MIN, NIB, BIAS>(p, at, out),
+            _ => pair::<8, MIN, NIB, BIAS>(p, at, out),
+        });
+    }
 }
 
 /// Both panels' first records of the pair starting at weight row `j`. An odd last panel is
@@ -229,9 +233,13 @@ unsafe fn pair<const C: usize, const MIN: bool, const NIB: bool, const BIAS: boo
     (panels, ahead, c0, r0, cols): PairAt,
     out: &SharedMut<f32>,
 ) {
-    let ch = chunk_at::<C>(p, c0, r0, out);
-    let rec = p.f.record_bytes();
-    panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), [panels, ahead], &ch, cols);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let ch = chunk_at::<C>(p, c0, r0, out);
+        let rec = p.f.record_bytes();
+        panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), [panels, ahead], &ch, cols);
+    }
 }
 
 /// Column `j` and the mask of its live lanes (the last panel may be partial).
@@ -253,16 +261,20 @@ fn lanes(n: usize, j: usize) -> (usize, u16) {
 /// # Safety
 /// As [`tile`].
 unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &SharedMut<f32>) {
-    for_each_call(p, wi, c0, rows, |at, rest| match rest {
-        1 => chunk_wide::<1>(p, at, out),
-        2 => chunk_wide::<2>(p, at, out),
-        3 => chunk_wide::<3>(p, at, out),
-        4 => chunk_wide::<4>(p, at, out),
-        5 => chunk_wide::<5>(p, at, out),
-        6 => chunk_wide::<6>(p, at, out),
-        7 => chunk_wide::<7>(p, at, out),
-        _ => chunk_wide::<8>(p, at, out),
-    });
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        for_each_call(p, wi, c0, rows, |at, rest| match rest {
+            1 => chunk_wide::<1>(p, at, out),
+            2 => chunk_wide::<2>(p, at, out),
+            3 => chunk_wide::<3>(p, at, out),
+            4 => chunk_wide::<4>(p, at, out),
+            5 => chunk_wide::<5>(p, at, out),
+            6 => chunk_wide::<6>(p, at, out),
+            7 => chunk_wide::<7>(p, at, out),
+            _ => chunk_wide::<8>(p, at, out),
+        });
+    }
 }
 
 /// Rows `c0 + r0..c0 + r0 + C` (`c0` starts a chunk) against a pair of wide panels.
@@ -272,8 +284,12 @@ unsafe fn chunk_wide<const C: usize>(
     (panels, ahead, c0, r0, cols): PairAt,
     out: &SharedMut<f32>,
 ) {
-    let ch = wide_chunk_at::<C>(p, c0, r0, out);
-    wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let ch = wide_chunk_at::<C>(p, c0, r0, out);
+        wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
+    }
 }
 
 /// The wide chunk pointers of rows `c0 + r0..` (`c0` starts a chunk).
@@ -353,12 +369,16 @@ unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    for_each_half(p, wi, c0, rows, |at, rest| match rest {
-        1 => half::<1, MIN, NIB, BIAS>(p, at, out),
-        2 => half::<2, MIN, NIB, BIAS>(p, at, out),
-        3 => half::<3, MIN, NIB, BIAS>(p, at, out),
-        _ => half::<4, MIN, NIB, BIAS>(p, at, out),
-    });
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        for_each_half(p, wi, c0, rows, |at, rest| match rest {
+            1 => half::<1, MIN, NIB, BIAS>(p, at, out),
+            2 => half::<2, MIN, NIB, BIAS>(p, at, out),
+            3 => half::<3, MIN, NIB, BIAS>(p, at, out),
+            _ => half::<4, MIN, NIB, BIAS>(p, at, out),
+        });
+    }
 }
 
 /// Rows `c0 + r0..c0 + r0 + C` against half a panel (AVX2).
@@ -368,9 +388,13 @@ unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: boo
     (panel, h, ahead, c0, r0, dst): HalfAt,
     out: &SharedMut<f32>,
 ) {
-    let ch = chunk_at::<C>(p, c0, r0, out);
-    let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
-    panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, (panel, h, ahead), &ch, dst);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let ch = chunk_at::<C>(p, c0, r0, out);
+        let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
+        panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, (panel, h, ahead), &ch, dst);
+    }
 }
 
 /// [`tile_wide`] on the AVX2 kernel.
@@ -384,12 +408,16 @@ unsafe fn tile_wide_avx2(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    for_each_half(p, wi, c0, rows, |at, rest| match rest {
-        1 => half_wide::<1>(p, at, out),
-        2 => half_wide::<2>(p, at, out),
-        3 => half_wide::<3>(p, at, out),
-        _ => half_wide::<4>(p, at, out),
-    });
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        for_each_half(p, wi, c0, rows, |at, rest| match rest {
+            1 => half_wide::<1>(p, at, out),
+            2 => half_wide::<2>(p, at, out),
+            3 => half_wide::<3>(p, at, out),
+            _ => half_wide::<4>(p, at, out),
+        });
+    }
 }
 
 /// Rows `c0 + r0..c0 + r0 + C` against half a wide panel (AVX2).
@@ -399,6 +427,10 @@ unsafe fn half_wide<const C: usize>(
     (panel, h, ahead, c0, r0, dst): HalfAt,
     out: &SharedMut<f32>,
 ) {
-    let ch = wide_chunk_at::<C>(p, c0, r0, out);
-    wide_half::<C>(p.nb, p.f.record_bytes(), (panel, h, ahead), &ch, dst);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let ch = wide_chunk_at::<C>(p, c0, r0, out);
+        wide_half::<C>(p.nb, p.f.record_bytes(), (panel, h, ahead), &ch, dst);
+    }
 }

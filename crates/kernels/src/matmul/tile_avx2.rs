@@ -45,7 +45,11 @@ pub(crate) trait Format {
     /// The weight block's quants as unsigned bytes `w + BIAS` (only the zmm pair kernel calls
     /// it).
     unsafe fn w_prep_unsigned(p: *const u8) -> __m256i {
-        Self::w_prep(p)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            Self::w_prep(p)
+        }
     }
     /// Exact integer dot of a prepared weight block and 32 activation quants, as 8 i32 lanes.
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i;
@@ -54,26 +58,38 @@ pub(crate) trait Format {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    let bits = u16::from_le_bytes([*p, *p.add(1)]) as i32;
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let bits = u16::from_le_bytes([*p, *p.add(1)]) as i32;
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
-    let lo = _mm_loadu_si128(p.cast());
-    let hi = _mm_srli_epi16::<4>(lo);
-    _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let lo = _mm_loadu_si128(p.cast());
+        let hi = _mm_srli_epi16::<4>(lo);
+        _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
+    }
 }
 
 /// Signed bytes `x` times signed bytes at `y` (no -128 in y), summed in 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn idot_signed(x: __m256i, y: *const u8) -> __m256i {
-    let y = _mm256_loadu_si256(y.cast());
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let y = _mm256_loadu_si256(y.cast());
+        let ax = _mm256_sign_epi8(x, x);
+        let sy = _mm256_sign_epi8(y, x);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+    }
 }
 
 pub(crate) struct Q4_1Q8_1;
@@ -87,18 +103,30 @@ impl Format for Q4_1Q8_1 {
     const HAS_MIN: bool = true;
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
-        let bits = u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]) as i32;
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let bits = u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]) as i32;
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+        }
     }
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
-        nibbles(p.add(4))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            nibbles(p.add(4))
+        }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
-        let y = _mm256_loadu_si256(a_qs.cast());
-        _mm256_madd_epi16(_mm256_maddubs_epi16(wq, y), _mm256_set1_epi16(1))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let y = _mm256_loadu_si256(a_qs.cast());
+            _mm256_madd_epi16(_mm256_maddubs_epi16(wq, y), _mm256_set1_epi16(1))
+        }
     }
 }
 
@@ -109,15 +137,27 @@ impl Format for Q4_0Q8_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
-        (f16_at(p), 0.0)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            (f16_at(p), 0.0)
+        }
     }
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
-        _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+        }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
-        idot_signed(wq, a_qs)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            idot_signed(wq, a_qs)
+        }
     }
 }
 
@@ -128,15 +168,27 @@ impl Format for Q8_0Q8_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
-        (f16_at(p), 0.0)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            (f16_at(p), 0.0)
+        }
     }
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
-        _mm256_loadu_si256(p.add(2).cast())
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            _mm256_loadu_si256(p.add(2).cast())
+        }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
-        idot_signed(wq, a_qs)
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            idot_signed(wq, a_qs)
+        }
     }
 }
 
@@ -150,16 +202,24 @@ pub(crate) struct Q8_0Q8_0Vnni;
 /// Unsigned bytes `x` times signed bytes at `y`, summed in 8 i32 lanes (AVX-VNNI).
 #[inline(always)]
 unsafe fn idot_vnni_unsigned(x: __m256i, y: *const u8) -> __m256i {
-    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
+    }
 }
 
 /// Signed bytes `x` times signed bytes at `y` (no -128 in y), summed in 8 i32 lanes (AVX-VNNI).
 #[inline(always)]
 unsafe fn idot_vnni_signed(x: __m256i, y: *const u8) -> __m256i {
-    let y = _mm256_loadu_si256(y.cast());
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let y = _mm256_loadu_si256(y.cast());
+        let ax = _mm256_sign_epi8(x, x);
+        let sy = _mm256_sign_epi8(y, x);
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy)
+    }
 }
 
 macro_rules! vnni_format {
@@ -172,15 +232,27 @@ macro_rules! vnni_format {
             const VNNI: bool = true;
             #[inline(always)]
             unsafe fn w_scales(p: *const u8) -> (f32, f32) {
-                $base::w_scales(p)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $base::w_scales(p)
+                }
             }
             #[inline(always)]
             unsafe fn w_prep(p: *const u8) -> __m256i {
-                $base::w_prep(p)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $base::w_prep(p)
+                }
             }
             #[inline(always)]
             unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
-                $idot(wq, a_qs)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $idot(wq, a_qs)
+                }
             }
         }
     };
@@ -207,13 +279,17 @@ pub(crate) unsafe fn act_scales<F: Format>(
     ad: &mut [f32],
     asum: &mut [f32],
 ) {
-    assert!(ad.len() >= nb * CH && asum.len() >= nb * CH && rows.len() <= CH);
-    for (c, &row) in rows.iter().enumerate() {
-        for b in 0..nb {
-            let p = row.add(b * F::A_BYTES);
-            ad[b * CH + c] = f16_at(p);
-            if F::HAS_MIN {
-                asum[b * CH + c] = f16_at(p.add(2));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        assert!(ad.len() >= nb * CH && asum.len() >= nb * CH && rows.len() <= CH);
+        for (c, &row) in rows.iter().enumerate() {
+            for b in 0..nb {
+                let p = row.add(b * F::A_BYTES);
+                ad[b * CH + c] = f16_at(p);
+                if F::HAS_MIN {
+                    asum[b * CH + c] = f16_at(p.add(2));
+                }
             }
         }
     }
@@ -229,7 +305,9 @@ macro_rules! row_chunk_fn {
     ad: *const f32,
     asum: *const f32,
     out: &mut [f32; C],
-) {
+) { unsafe {
+    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
     let mut acc = [_mm256_setzero_ps(); C];
     let mut accm = _mm256_setzero_ps();
     for b in 0..nb {
@@ -254,7 +332,7 @@ macro_rules! row_chunk_fn {
         let s = hsum(acc[c]);
         out[c] = if F::HAS_MIN { s + mv[c] } else { s };
     }
-}
+}}
     };
 }
 /// Shared with `tile_avx512`, which compiles the same body for its formats.

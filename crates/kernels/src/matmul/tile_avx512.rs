@@ -31,17 +31,25 @@ pub(crate) struct Q8_0Q8_0Vnni512;
 /// Unsigned bytes `x` times signed bytes at `y`, summed in 8 i32 lanes.
 #[inline(always)]
 unsafe fn idot_unsigned(x: __m256i, y: *const u8) -> __m256i {
-    _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
+    }
 }
 
 /// Signed bytes `x` times signed bytes at `y` (no -128 in y), summed in 8 i32 lanes: the sign
 /// of `x` moves onto `y` so `vpdpbusd` sees `|x|` as unsigned.
 #[inline(always)]
 unsafe fn idot_signed(x: __m256i, y: *const u8) -> __m256i {
-    let y = _mm256_loadu_si256(y.cast());
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let y = _mm256_loadu_si256(y.cast());
+        let ax = _mm256_sign_epi8(x, x);
+        let sy = _mm256_sign_epi8(y, x);
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy)
+    }
 }
 
 macro_rules! vnni512_format {
@@ -55,19 +63,35 @@ macro_rules! vnni512_format {
             const BIAS: i32 = $bias;
             #[inline(always)]
             unsafe fn w_prep_unsigned(p: *const u8) -> __m256i {
-                $unsigned(p)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $unsigned(p)
+                }
             }
             #[inline(always)]
             unsafe fn w_scales(p: *const u8) -> (f32, f32) {
-                $base::w_scales(p)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $base::w_scales(p)
+                }
             }
             #[inline(always)]
             unsafe fn w_prep(p: *const u8) -> __m256i {
-                $base::w_prep(p)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $base::w_prep(p)
+                }
             }
             #[inline(always)]
             unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
-                $idot(wq, a_qs)
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    $idot(wq, a_qs)
+                }
             }
         }
     };
@@ -77,15 +101,27 @@ macro_rules! vnni512_format {
 // as unsigned, bias 128).
 #[inline(always)]
 unsafe fn q4_1_unsigned(p: *const u8) -> __m256i {
-    nibbles(p.add(4))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        nibbles(p.add(4))
+    }
 }
 #[inline(always)]
 unsafe fn q4_0_unsigned(p: *const u8) -> __m256i {
-    nibbles(p.add(2))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        nibbles(p.add(2))
+    }
 }
 #[inline(always)]
 unsafe fn q8_0_unsigned(p: *const u8) -> __m256i {
-    _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), _mm256_set1_epi8(-128))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), _mm256_set1_epi8(-128))
+    }
 }
 vnni512_format!(Q4_1Q8_1Vnni512, Q4_1Q8_1, idot_unsigned, 0, q4_1_unsigned);
 vnni512_format!(Q4_0Q8_0Vnni512, Q4_0Q8_0, idot_signed, 8, q4_0_unsigned);
@@ -121,13 +157,17 @@ pub(crate) unsafe fn act_bias_correction<F: Format>(
     rows: &[*const u8],
     corr: &mut [i32],
 ) {
-    assert!(corr.len() >= nb * CH * 8 && rows.len() <= CH);
-    for (c, &row) in rows.iter().enumerate() {
-        for b in 0..nb {
-            let qs = row.add(b * F::A_BYTES + F::A_QS).cast::<i8>();
-            for l in 0..8 {
-                let s: i32 = (0..4).map(|i| *qs.add(4 * l + i) as i32).sum();
-                corr[(b * CH + c) * 8 + l] = -F::BIAS * s;
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        assert!(corr.len() >= nb * CH * 8 && rows.len() <= CH);
+        for (c, &row) in rows.iter().enumerate() {
+            for b in 0..nb {
+                let qs = row.add(b * F::A_BYTES + F::A_QS).cast::<i8>();
+                for l in 0..8 {
+                    let s: i32 = (0..4).map(|i| *qs.add(4 * l + i) as i32).sum();
+                    corr[(b * CH + c) * 8 + l] = -F::BIAS * s;
+                }
             }
         }
     }
@@ -155,48 +195,52 @@ pub(crate) unsafe fn row_pair_chunk_vnni512<F: Format, const C: usize>(
     out0: &mut [f32; C],
     out1: &mut [f32; C],
 ) {
-    let mut acc = [_mm512_setzero_ps(); C];
-    let mut accm0 = _mm256_setzero_ps();
-    let mut accm1 = _mm256_setzero_ps();
-    for b in 0..nb {
-        let (p0, p1) = (w0.add(b * F::W_BYTES), w1.add(b * F::W_BYTES));
-        let (dw0, mw0) = F::w_scales(p0);
-        let (dw1, mw1) = F::w_scales(p1);
-        let wq = _mm512_inserti64x4::<1>(
-            _mm512_castsi256_si512(F::w_prep_unsigned(p0)),
-            F::w_prep_unsigned(p1),
-        );
-        let dw = _mm512_insertf32x8::<1>(
-            _mm512_castps256_ps512(_mm256_set1_ps(dw0)),
-            _mm256_set1_ps(dw1),
-        );
-        if F::HAS_MIN {
-            let sa = _mm256_loadu_ps(asum.add(b * CH));
-            accm0 = _mm256_add_ps(accm0, _mm256_mul_ps(_mm256_set1_ps(mw0), sa));
-            accm1 = _mm256_add_ps(accm1, _mm256_mul_ps(_mm256_set1_ps(mw1), sa));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm512_setzero_ps(); C];
+        let mut accm0 = _mm256_setzero_ps();
+        let mut accm1 = _mm256_setzero_ps();
+        for b in 0..nb {
+            let (p0, p1) = (w0.add(b * F::W_BYTES), w1.add(b * F::W_BYTES));
+            let (dw0, mw0) = F::w_scales(p0);
+            let (dw1, mw1) = F::w_scales(p1);
+            let wq = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(F::w_prep_unsigned(p0)),
+                F::w_prep_unsigned(p1),
+            );
+            let dw = _mm512_insertf32x8::<1>(
+                _mm512_castps256_ps512(_mm256_set1_ps(dw0)),
+                _mm256_set1_ps(dw1),
+            );
+            if F::HAS_MIN {
+                let sa = _mm256_loadu_ps(asum.add(b * CH));
+                accm0 = _mm256_add_ps(accm0, _mm256_mul_ps(_mm256_set1_ps(mw0), sa));
+                accm1 = _mm256_add_ps(accm1, _mm256_mul_ps(_mm256_set1_ps(mw1), sa));
+            }
+            for c in 0..C {
+                let aq = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    a[c].add(b * F::A_BYTES + F::A_QS).cast(),
+                ));
+                let start = if F::BIAS == 0 {
+                    _mm512_setzero_si512()
+                } else {
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(corr.add((b * CH + c) * 8).cast()))
+                };
+                let isum = _mm512_dpbusd_epi32(start, wq, aq);
+                let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(b * CH + c)));
+                acc[c] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[c]);
+            }
         }
+        let mut mv0 = [0f32; CH];
+        let mut mv1 = [0f32; CH];
+        _mm256_storeu_ps(mv0.as_mut_ptr(), accm0);
+        _mm256_storeu_ps(mv1.as_mut_ptr(), accm1);
         for c in 0..C {
-            let aq = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                a[c].add(b * F::A_BYTES + F::A_QS).cast(),
-            ));
-            let start = if F::BIAS == 0 {
-                _mm512_setzero_si512()
-            } else {
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(corr.add((b * CH + c) * 8).cast()))
-            };
-            let isum = _mm512_dpbusd_epi32(start, wq, aq);
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(b * CH + c)));
-            acc[c] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[c]);
+            let s0 = hsum(_mm512_castps512_ps256(acc[c]));
+            let s1 = hsum(_mm512_extractf32x8_ps::<1>(acc[c]));
+            out0[c] = if F::HAS_MIN { s0 + mv0[c] } else { s0 };
+            out1[c] = if F::HAS_MIN { s1 + mv1[c] } else { s1 };
         }
-    }
-    let mut mv0 = [0f32; CH];
-    let mut mv1 = [0f32; CH];
-    _mm256_storeu_ps(mv0.as_mut_ptr(), accm0);
-    _mm256_storeu_ps(mv1.as_mut_ptr(), accm1);
-    for c in 0..C {
-        let s0 = hsum(_mm512_castps512_ps256(acc[c]));
-        let s1 = hsum(_mm512_extractf32x8_ps::<1>(acc[c]));
-        out0[c] = if F::HAS_MIN { s0 + mv0[c] } else { s0 };
-        out1[c] = if F::HAS_MIN { s1 + mv1[c] } else { s1 };
     }
 }

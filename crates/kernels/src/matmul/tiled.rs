@@ -189,60 +189,64 @@ fn tiled_plan<'a, F: tile_avx2::Format>(
 /// AVX2+FMA+F16C available; `t < p.tiles`; `out` is the plan's output.
 #[cfg(target_arch = "x86_64")]
 unsafe fn tiled_tile<F: tile_avx2::Format>(p: &TiledPlan<'_>, t: usize, out: &SharedMut<f32>) {
-    use tile_avx2::CH;
-    let (w, acts, nb, wt, at) = (p.w, p.acts, p.nb, p.wt, p.at);
-    let (m, n) = (acts.rows, w.rows);
-    let chunks = m.div_ceil(CH);
-    let (wi, ai) = (t % p.n_wt, t / p.n_wt);
-    let (j0, j1) = (wi * wt, (wi * wt + wt).min(n));
-    let act_row = |i: usize| acts.data[i * acts.row_bytes..].as_ptr();
-    for ch in ai * at..(ai * at + at).min(chunks) {
-        let r0 = ch * CH;
-        let rows: [*const u8; CH] = std::array::from_fn(|c| act_row((r0 + c).min(m - 1)));
-        let scales = (
-            p.ad[ch * nb * CH..].as_ptr(),
-            p.asum[ch * nb * CH..].as_ptr(),
-        );
-        let corr = if p.corr.is_empty() {
-            std::ptr::null()
-        } else {
-            p.corr[ch * nb * CH * 8..].as_ptr()
-        };
-        let mut j = j0;
-        // Pairs of weight rows share one zmm register on AVX512-VNNI (same bits as singles).
-        if F::VNNI512 {
-            while j + 1 < j1 {
-                let wp = (
-                    w.data[j * w.row_bytes..].as_ptr(),
-                    w.data[(j + 1) * w.row_bytes..].as_ptr(),
-                );
-                let s = (scales.0, scales.1, corr);
-                match m - r0 {
-                    1 => pair::<F, 1>(nb, wp, &rows, s, out, n, r0, j),
-                    2 => pair::<F, 2>(nb, wp, &rows, s, out, n, r0, j),
-                    3 => pair::<F, 3>(nb, wp, &rows, s, out, n, r0, j),
-                    4 => pair::<F, 4>(nb, wp, &rows, s, out, n, r0, j),
-                    5 => pair::<F, 5>(nb, wp, &rows, s, out, n, r0, j),
-                    6 => pair::<F, 6>(nb, wp, &rows, s, out, n, r0, j),
-                    7 => pair::<F, 7>(nb, wp, &rows, s, out, n, r0, j),
-                    _ => pair::<F, 8>(nb, wp, &rows, s, out, n, r0, j),
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        use tile_avx2::CH;
+        let (w, acts, nb, wt, at) = (p.w, p.acts, p.nb, p.wt, p.at);
+        let (m, n) = (acts.rows, w.rows);
+        let chunks = m.div_ceil(CH);
+        let (wi, ai) = (t % p.n_wt, t / p.n_wt);
+        let (j0, j1) = (wi * wt, (wi * wt + wt).min(n));
+        let act_row = |i: usize| acts.data[i * acts.row_bytes..].as_ptr();
+        for ch in ai * at..(ai * at + at).min(chunks) {
+            let r0 = ch * CH;
+            let rows: [*const u8; CH] = std::array::from_fn(|c| act_row((r0 + c).min(m - 1)));
+            let scales = (
+                p.ad[ch * nb * CH..].as_ptr(),
+                p.asum[ch * nb * CH..].as_ptr(),
+            );
+            let corr = if p.corr.is_empty() {
+                std::ptr::null()
+            } else {
+                p.corr[ch * nb * CH * 8..].as_ptr()
+            };
+            let mut j = j0;
+            // Pairs of weight rows share one zmm register on AVX512-VNNI (same bits as singles).
+            if F::VNNI512 {
+                while j + 1 < j1 {
+                    let wp = (
+                        w.data[j * w.row_bytes..].as_ptr(),
+                        w.data[(j + 1) * w.row_bytes..].as_ptr(),
+                    );
+                    let s = (scales.0, scales.1, corr);
+                    match m - r0 {
+                        1 => pair::<F, 1>(nb, wp, &rows, s, out, n, r0, j),
+                        2 => pair::<F, 2>(nb, wp, &rows, s, out, n, r0, j),
+                        3 => pair::<F, 3>(nb, wp, &rows, s, out, n, r0, j),
+                        4 => pair::<F, 4>(nb, wp, &rows, s, out, n, r0, j),
+                        5 => pair::<F, 5>(nb, wp, &rows, s, out, n, r0, j),
+                        6 => pair::<F, 6>(nb, wp, &rows, s, out, n, r0, j),
+                        7 => pair::<F, 7>(nb, wp, &rows, s, out, n, r0, j),
+                        _ => pair::<F, 8>(nb, wp, &rows, s, out, n, r0, j),
+                    }
+                    j += 2;
                 }
-                j += 2;
             }
-        }
-        for j in j..j1 {
-            let wp = w.data[j * w.row_bytes..].as_ptr();
-            // Pointers address whole rows of nb blocks; the outputs (r0 + c, j) of this tile
-            // are written by this tile only.
-            match m - r0 {
-                1 => chunk::<F, 1>(nb, wp, &rows, scales, out, n, r0, j),
-                2 => chunk::<F, 2>(nb, wp, &rows, scales, out, n, r0, j),
-                3 => chunk::<F, 3>(nb, wp, &rows, scales, out, n, r0, j),
-                4 => chunk::<F, 4>(nb, wp, &rows, scales, out, n, r0, j),
-                5 => chunk::<F, 5>(nb, wp, &rows, scales, out, n, r0, j),
-                6 => chunk::<F, 6>(nb, wp, &rows, scales, out, n, r0, j),
-                7 => chunk::<F, 7>(nb, wp, &rows, scales, out, n, r0, j),
-                _ => chunk::<F, 8>(nb, wp, &rows, scales, out, n, r0, j),
+            for j in j..j1 {
+                let wp = w.data[j * w.row_bytes..].as_ptr();
+                // Pointers address whole rows of nb blocks; the outputs (r0 + c, j) of this tile
+                // are written by this tile only.
+                match m - r0 {
+                    1 => chunk::<F, 1>(nb, wp, &rows, scales, out, n, r0, j),
+                    2 => chunk::<F, 2>(nb, wp, &rows, scales, out, n, r0, j),
+                    3 => chunk::<F, 3>(nb, wp, &rows, scales, out, n, r0, j),
+                    4 => chunk::<F, 4>(nb, wp, &rows, scales, out, n, r0, j),
+                    5 => chunk::<F, 5>(nb, wp, &rows, scales, out, n, r0, j),
+                    6 => chunk::<F, 6>(nb, wp, &rows, scales, out, n, r0, j),
+                    7 => chunk::<F, 7>(nb, wp, &rows, scales, out, n, r0, j),
+                    _ => chunk::<F, 8>(nb, wp, &rows, scales, out, n, r0, j),
+                }
             }
         }
     }
@@ -266,12 +270,16 @@ unsafe fn pair<F: tile_avx2::Format, const C: usize>(
     r0: usize,
     j: usize,
 ) {
-    let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
-    let (mut o0, mut o1) = ([0f32; C], [0f32; C]);
-    tile_avx512::row_pair_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, corr, &mut o0, &mut o1);
-    for c in 0..C {
-        out.slice((r0 + c) * n + j, 2)
-            .copy_from_slice(&[o0[c], o1[c]]);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
+        let (mut o0, mut o1) = ([0f32; C], [0f32; C]);
+        tile_avx512::row_pair_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, corr, &mut o0, &mut o1);
+        for c in 0..C {
+            out.slice((r0 + c) * n + j, 2)
+                .copy_from_slice(&[o0[c], o1[c]]);
+        }
     }
 }
 
@@ -292,17 +300,21 @@ unsafe fn chunk<F: tile_avx2::Format, const C: usize>(
     r0: usize,
     j: usize,
 ) {
-    let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
-    let mut o = [0f32; C];
-    if F::VNNI512 {
-        tile_avx512::row_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, &mut o);
-    } else if F::VNNI {
-        tile_avx2::row_chunk_vnni::<F, C>(nb, wp, &a, ad, asum, &mut o);
-    } else {
-        tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
-    }
-    for (c, v) in o.into_iter().enumerate() {
-        out.slice((r0 + c) * n + j, 1)[0] = v;
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
+        let mut o = [0f32; C];
+        if F::VNNI512 {
+            tile_avx512::row_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, &mut o);
+        } else if F::VNNI {
+            tile_avx2::row_chunk_vnni::<F, C>(nb, wp, &a, ad, asum, &mut o);
+        } else {
+            tile_avx2::row_chunk::<F, C>(nb, wp, &a, ad, asum, &mut o);
+        }
+        for (c, v) in o.into_iter().enumerate() {
+            out.slice((r0 + c) * n + j, 1)[0] = v;
+        }
     }
 }
 

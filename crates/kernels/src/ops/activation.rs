@@ -36,21 +36,29 @@ mod avx2 {
     /// The CPU has AVX2 and FMA; `gate.len() == up.len()`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
-        #[inline(always)]
-        unsafe fn f(g: __m256, u: __m256) -> __m256 {
-            let neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
-            let den = _mm256_add_ps(_mm256_set1_ps(1.0), exp8(neg));
-            _mm256_mul_ps(_mm256_div_ps(g, den), u)
-        }
-        let n8 = gate.len() / 8 * 8;
-        for i in (0..n8).step_by(8) {
-            let g = _mm256_loadu_ps(gate.as_ptr().add(i));
-            let u = _mm256_loadu_ps(up.as_ptr().add(i));
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), f(g, u));
-        }
-        if n8 < gate.len() {
-            let v = f(load_partial(&gate[n8..], 0.0), load_partial(&up[n8..], 0.0));
-            store_partial(&mut gate[n8..], v);
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            #[inline(always)]
+            unsafe fn f(g: __m256, u: __m256) -> __m256 {
+                unsafe {
+                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    let neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
+                    let den = _mm256_add_ps(_mm256_set1_ps(1.0), exp8(neg));
+                    _mm256_mul_ps(_mm256_div_ps(g, den), u)
+                }
+            }
+            let n8 = gate.len() / 8 * 8;
+            for i in (0..n8).step_by(8) {
+                let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let u = _mm256_loadu_ps(up.as_ptr().add(i));
+                _mm256_storeu_ps(gate.as_mut_ptr().add(i), f(g, u));
+            }
+            if n8 < gate.len() {
+                let v = f(load_partial(&gate[n8..], 0.0), load_partial(&up[n8..], 0.0));
+                store_partial(&mut gate[n8..], v);
+            }
         }
     }
 }

@@ -49,47 +49,51 @@ mod avx2 {
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax(x: &mut [f32]) {
-        let (body, tail) = x.split_at_mut(x.len() / 8 * 8);
-        // The maximum does not depend on the order it is taken in.
-        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
-        for c in body.chunks_exact(8) {
-            m = _mm256_max_ps(m, _mm256_loadu_ps(c.as_ptr()));
-        }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
-        let max = lanes
-            .iter()
-            .chain(tail.iter())
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        if max == f32::NEG_INFINITY {
-            return;
-        }
-        let mv = _mm256_set1_ps(max);
-        let mut sum = _mm256_setzero_ps();
-        for c in body.chunks_exact_mut(8) {
-            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv));
-            _mm256_storeu_ps(c.as_mut_ptr(), e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        if !tail.is_empty() {
-            // Padding lanes are -inf, whose exp is 0: they add nothing to the sum.
-            let e = exp8(_mm256_sub_ps(load_partial(tail, f32::NEG_INFINITY), mv));
-            store_partial(tail, e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        let s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        let inv = _mm256_set1_ps(1.0 / _mm_cvtss_f32(s));
-        for c in body.chunks_exact_mut(8) {
-            _mm256_storeu_ps(
-                c.as_mut_ptr(),
-                _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), inv),
-            );
-        }
-        for v in tail.iter_mut() {
-            *v *= _mm256_cvtss_f32(inv);
+        unsafe {
+            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            let (body, tail) = x.split_at_mut(x.len() / 8 * 8);
+            // The maximum does not depend on the order it is taken in.
+            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in body.chunks_exact(8) {
+                m = _mm256_max_ps(m, _mm256_loadu_ps(c.as_ptr()));
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            let max = lanes
+                .iter()
+                .chain(tail.iter())
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                return;
+            }
+            let mv = _mm256_set1_ps(max);
+            let mut sum = _mm256_setzero_ps();
+            for c in body.chunks_exact_mut(8) {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv));
+                _mm256_storeu_ps(c.as_mut_ptr(), e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            if !tail.is_empty() {
+                // Padding lanes are -inf, whose exp is 0: they add nothing to the sum.
+                let e = exp8(_mm256_sub_ps(load_partial(tail, f32::NEG_INFINITY), mv));
+                store_partial(tail, e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            let s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            let inv = _mm256_set1_ps(1.0 / _mm_cvtss_f32(s));
+            for c in body.chunks_exact_mut(8) {
+                _mm256_storeu_ps(
+                    c.as_mut_ptr(),
+                    _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), inv),
+                );
+            }
+            for v in tail.iter_mut() {
+                *v *= _mm256_cvtss_f32(inv);
+            }
         }
     }
 }

@@ -129,27 +129,43 @@ pub unsafe trait Block: Copy {
     const ELEMS: usize;
 }
 
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ4_0 {
     const ELEMS: usize = QK;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ4_1 {
     const ELEMS: usize = QK;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ8_0 {
     const ELEMS: usize = QK;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ8_1 {
     const ELEMS: usize = QK;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ4K {
     const ELEMS: usize = QK_K;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ5K {
     const ELEMS: usize = QK_K;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ6K {
     const ELEMS: usize = QK_K;
 }
+// SAFETY: `#[repr(C)]` of integer and f16 fields, alignment 1 and no padding (the asserts
+// above), so every bit pattern is a valid block.
 unsafe impl Block for BlockQ8K {
     const ELEMS: usize = QK_K;
 }

@@ -34,129 +34,149 @@ fn unpack_scales(s: &[u8; 12]) -> [u8; 16] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn mins_dot(scm: &[u8; 16], y: &BlockQ8K) -> i32 {
-    let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
-    let pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); // 8 x i32
-    let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(scm.as_ptr().add(8).cast()));
-    hsum_i32(_mm256_mullo_epi32(pairs, mins))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
+        let pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); // 8 x i32
+        let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(scm.as_ptr().add(8).cast()));
+        hsum_i32(_mm256_mullo_epi32(pairs, mins))
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn ld(p: *const u8) -> __m256i {
-    _mm256_loadu_si256(p.cast())
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        _mm256_loadu_si256(p.cast())
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_inner(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = 0f32;
-    let m4 = _mm256_set1_epi8(0x0F);
-    for (x, y) in w.iter().zip(a) {
-        let scm = unpack_scales(&x.scales);
-        let yd = f32::from_le_bytes(y.d);
-        let dd = yd * f16_one(x.d);
-        let dm = yd * f16_one(x.dmin);
-        accm += dm * mins_dot(&scm, y) as f32;
-        let mut sumi = _mm256_setzero_si256();
-        let yp = y.qs.as_ptr().cast::<u8>();
-        for c in 0..4 {
-            let q = ld(x.qs.as_ptr().add(32 * c));
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-            let plo = _mm256_maddubs_epi16(lo, ld(yp.add(64 * c)));
-            let phi = _mm256_maddubs_epi16(hi, ld(yp.add(64 * c + 32)));
-            let plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(scm[2 * c] as i16));
-            let phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(scm[2 * c + 1] as i16));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = _mm256_setzero_ps();
+        let mut accm = 0f32;
+        let m4 = _mm256_set1_epi8(0x0F);
+        for (x, y) in w.iter().zip(a) {
+            let scm = unpack_scales(&x.scales);
+            let yd = f32::from_le_bytes(y.d);
+            let dd = yd * f16_one(x.d);
+            let dm = yd * f16_one(x.dmin);
+            accm += dm * mins_dot(&scm, y) as f32;
+            let mut sumi = _mm256_setzero_si256();
+            let yp = y.qs.as_ptr().cast::<u8>();
+            for c in 0..4 {
+                let q = ld(x.qs.as_ptr().add(32 * c));
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let plo = _mm256_maddubs_epi16(lo, ld(yp.add(64 * c)));
+                let phi = _mm256_maddubs_epi16(hi, ld(yp.add(64 * c + 32)));
+                let plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(scm[2 * c] as i16));
+                let phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(scm[2 * c + 1] as i16));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        hsum_ps(acc) - accm
     }
-    hsum_ps(acc) - accm
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_k_inner(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = 0f32;
-    let m4 = _mm256_set1_epi8(0x0F);
-    let bit4 = _mm256_set1_epi8(0x10);
-    for (x, y) in w.iter().zip(a) {
-        let scm = unpack_scales(&x.scales);
-        let yd = f32::from_le_bytes(y.d);
-        let dd = yd * f16_one(x.d);
-        let dm = yd * f16_one(x.dmin);
-        accm += dm * mins_dot(&scm, y) as f32;
-        let mut sumi = _mm256_setzero_si256();
-        let yp = y.qs.as_ptr().cast::<u8>();
-        // Bit j of each qh byte is the fifth bit of sub-block j; shift it down one per sub-block.
-        let mut hb = ld(x.qh.as_ptr());
-        for c in 0..4 {
-            let q = ld(x.qs.as_ptr().add(32 * c));
-            let lo = _mm256_and_si256(q, m4);
-            let lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(hb), bit4));
-            hb = _mm256_srli_epi16::<1>(hb);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-            let hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<4>(hb), bit4));
-            hb = _mm256_srli_epi16::<1>(hb);
-            let plo = _mm256_maddubs_epi16(lo, ld(yp.add(64 * c)));
-            let phi = _mm256_maddubs_epi16(hi, ld(yp.add(64 * c + 32)));
-            let plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(scm[2 * c] as i16));
-            let phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(scm[2 * c + 1] as i16));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = _mm256_setzero_ps();
+        let mut accm = 0f32;
+        let m4 = _mm256_set1_epi8(0x0F);
+        let bit4 = _mm256_set1_epi8(0x10);
+        for (x, y) in w.iter().zip(a) {
+            let scm = unpack_scales(&x.scales);
+            let yd = f32::from_le_bytes(y.d);
+            let dd = yd * f16_one(x.d);
+            let dm = yd * f16_one(x.dmin);
+            accm += dm * mins_dot(&scm, y) as f32;
+            let mut sumi = _mm256_setzero_si256();
+            let yp = y.qs.as_ptr().cast::<u8>();
+            // Bit j of each qh byte is the fifth bit of sub-block j; shift it down one per sub-block.
+            let mut hb = ld(x.qh.as_ptr());
+            for c in 0..4 {
+                let q = ld(x.qs.as_ptr().add(32 * c));
+                let lo = _mm256_and_si256(q, m4);
+                let lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(hb), bit4));
+                hb = _mm256_srli_epi16::<1>(hb);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<4>(hb), bit4));
+                hb = _mm256_srli_epi16::<1>(hb);
+                let plo = _mm256_maddubs_epi16(lo, ld(yp.add(64 * c)));
+                let phi = _mm256_maddubs_epi16(hi, ld(yp.add(64 * c + 32)));
+                let plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(scm[2 * c] as i16));
+                let phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(scm[2 * c + 1] as i16));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        hsum_ps(acc) - accm
     }
-    hsum_ps(acc) - accm
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_inner(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m2 = _mm256_set1_epi8(0x30);
-    for (x, y) in w.iter().zip(a) {
-        let dd = f32::from_le_bytes(y.d) * f16_one(x.d);
-        // 16 scales as i16; the -32 offset: 32 * sum_g sc[g] * bsums[g].
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.scales.as_ptr().cast()));
-        let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
-        let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs));
-        let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), off);
-        let yp = y.qs.as_ptr().cast::<u8>();
-        for h in 0..2 {
-            let ql0 = ld(x.ql.as_ptr().add(64 * h));
-            let ql1 = ld(x.ql.as_ptr().add(64 * h + 32));
-            let qh = ld(x.qh.as_ptr().add(32 * h));
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-                ),
-            ];
-            for (j, q) in q.into_iter().enumerate() {
-                let g = 4 * h + j;
-                let p = _mm256_maddubs_epi16(q, ld(yp.add(32 * g)));
-                let s = _mm256_set_m128i(
-                    _mm_set1_epi16(x.scales[2 * g + 1] as i16),
-                    _mm_set1_epi16(x.scales[2 * g] as i16),
-                );
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = _mm256_setzero_ps();
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(0x30);
+        for (x, y) in w.iter().zip(a) {
+            let dd = f32::from_le_bytes(y.d) * f16_one(x.d);
+            // 16 scales as i16; the -32 offset: 32 * sum_g sc[g] * bsums[g].
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.scales.as_ptr().cast()));
+            let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
+            let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs));
+            let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), off);
+            let yp = y.qs.as_ptr().cast::<u8>();
+            for h in 0..2 {
+                let ql0 = ld(x.ql.as_ptr().add(64 * h));
+                let ql1 = ld(x.ql.as_ptr().add(64 * h + 32));
+                let qh = ld(x.qh.as_ptr().add(32 * h));
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        _mm256_and_si256(qh, m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+                    ),
+                ];
+                for (j, q) in q.into_iter().enumerate() {
+                    let g = 4 * h + j;
+                    let p = _mm256_maddubs_epi16(q, ld(yp.add(32 * g)));
+                    let s = _mm256_set_m128i(
+                        _mm_set1_epi16(x.scales[2 * g + 1] as i16),
+                        _mm_set1_epi16(x.scales[2 * g] as i16),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                }
             }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        hsum_ps(acc)
     }
-    hsum_ps(acc)
 }
 
 macro_rules! wrap {

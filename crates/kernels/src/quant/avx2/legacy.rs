@@ -15,70 +15,94 @@ use std::arch::x86_64::*;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_block(x: &BlockQ4_0, yq: __m256i) -> __m256 {
-    let q = _mm256_sub_epi8(nibbles_32(x.qs.as_ptr()), _mm256_set1_epi8(8));
-    mul_sum_i8_pairs_ps(q, yq)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let q = _mm256_sub_epi8(nibbles_32(x.qs.as_ptr()), _mm256_set1_epi8(8));
+        mul_sum_i8_pairs_ps(q, yq)
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_block(x: &BlockQ4_1, yq: __m256i) -> __m256 {
-    mul_sum_us8_pairs_ps(nibbles_32(x.qs.as_ptr()), yq)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        mul_sum_us8_pairs_ps(nibbles_32(x.qs.as_ptr()), yq)
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_block(x: &BlockQ8_0, yq: __m256i) -> __m256 {
-    mul_sum_i8_pairs_ps(_mm256_loadu_si256(x.qs.as_ptr().cast()), yq)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        mul_sum_i8_pairs_ps(_mm256_loadu_si256(x.qs.as_ptr().cast()), yq)
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_q(qs: &[i8; QK]) -> __m256i {
-    _mm256_loadu_si256(qs.as_ptr().cast())
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        _mm256_loadu_si256(qs.as_ptr().cast())
+    }
 }
 
 // ---- single row -------------------------------------------------------------------------
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_inner(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut wp = w.chunks_exact(2);
-    let mut ap = a.chunks_exact(2);
-    for (x, y) in (&mut wp).zip(&mut ap) {
-        let d0 = _mm256_broadcastss_ps(f16_mul(x[0].d, y[0].d));
-        let d1 = _mm256_broadcastss_ps(f16_mul(x[1].d, y[1].d));
-        acc0 = _mm256_fmadd_ps(d0, q4_0_block(&x[0], load_q(&y[0].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, q4_0_block(&x[1], load_q(&y[1].qs)), acc1);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut wp = w.chunks_exact(2);
+        let mut ap = a.chunks_exact(2);
+        for (x, y) in (&mut wp).zip(&mut ap) {
+            let d0 = _mm256_broadcastss_ps(f16_mul(x[0].d, y[0].d));
+            let d1 = _mm256_broadcastss_ps(f16_mul(x[1].d, y[1].d));
+            acc0 = _mm256_fmadd_ps(d0, q4_0_block(&x[0], load_q(&y[0].qs)), acc0);
+            acc1 = _mm256_fmadd_ps(d1, q4_0_block(&x[1], load_q(&y[1].qs)), acc1);
+        }
+        for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
+            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+            acc0 = _mm256_fmadd_ps(d, q4_0_block(x, load_q(&y.qs)), acc0);
+        }
+        hsum_ps(_mm256_add_ps(acc0, acc1))
     }
-    for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
-        let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
-        acc0 = _mm256_fmadd_ps(d, q4_0_block(x, load_q(&y.qs)), acc0);
-    }
-    hsum_ps(_mm256_add_ps(acc0, acc1))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_inner(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    // Lane 1 accumulates m * s; lane 0 holds d * d of the current block.
-    let mut accm = _mm_setzero_ps();
-    let mut wp = w.chunks_exact(2);
-    let mut ap = a.chunks_exact(2);
-    for (x, y) in (&mut wp).zip(&mut ap) {
-        let p0 = dm_prod(&x[0], &y[0]);
-        let p1 = dm_prod(&x[1], &y[1]);
-        accm = _mm_add_ps(accm, _mm_add_ps(p0, p1));
-        let s0 = q4_1_block(&x[0], load_q(&y[0].qs));
-        let s1 = q4_1_block(&x[1], load_q(&y[1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p0), s0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p1), s1, acc1);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        // Lane 1 accumulates m * s; lane 0 holds d * d of the current block.
+        let mut accm = _mm_setzero_ps();
+        let mut wp = w.chunks_exact(2);
+        let mut ap = a.chunks_exact(2);
+        for (x, y) in (&mut wp).zip(&mut ap) {
+            let p0 = dm_prod(&x[0], &y[0]);
+            let p1 = dm_prod(&x[1], &y[1]);
+            accm = _mm_add_ps(accm, _mm_add_ps(p0, p1));
+            let s0 = q4_1_block(&x[0], load_q(&y[0].qs));
+            let s1 = q4_1_block(&x[1], load_q(&y[1].qs));
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p0), s0, acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p1), s1, acc1);
+        }
+        for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
+            let p = dm_prod(x, y);
+            accm = _mm_add_ps(accm, p);
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, load_q(&y.qs)), acc0);
+        }
+        hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(accm))
     }
-    for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
-        let p = dm_prod(x, y);
-        accm = _mm_add_ps(accm, p);
-        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, load_q(&y.qs)), acc0);
-    }
-    hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(accm))
 }
 
 /// [d_w * d_a, m_w * s_a, _, _] from the leading f16 pairs of a Q4_1 and a Q8_1 block.
@@ -94,20 +118,24 @@ unsafe fn dm_prod(x: &BlockQ4_1, y: &BlockQ8_1) -> __m128 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_inner(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut wp = w.chunks_exact(2);
-    let mut ap = a.chunks_exact(2);
-    for (x, y) in (&mut wp).zip(&mut ap) {
-        let d0 = _mm256_broadcastss_ps(f16_mul(x[0].d, y[0].d));
-        let d1 = _mm256_broadcastss_ps(f16_mul(x[1].d, y[1].d));
-        acc0 = _mm256_fmadd_ps(d0, q8_0_block(&x[0], load_q(&y[0].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, q8_0_block(&x[1], load_q(&y[1].qs)), acc1);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut wp = w.chunks_exact(2);
+        let mut ap = a.chunks_exact(2);
+        for (x, y) in (&mut wp).zip(&mut ap) {
+            let d0 = _mm256_broadcastss_ps(f16_mul(x[0].d, y[0].d));
+            let d1 = _mm256_broadcastss_ps(f16_mul(x[1].d, y[1].d));
+            acc0 = _mm256_fmadd_ps(d0, q8_0_block(&x[0], load_q(&y[0].qs)), acc0);
+            acc1 = _mm256_fmadd_ps(d1, q8_0_block(&x[1], load_q(&y[1].qs)), acc1);
+        }
+        for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
+            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+            acc0 = _mm256_fmadd_ps(d, q8_0_block(x, load_q(&y.qs)), acc0);
+        }
+        hsum_ps(_mm256_add_ps(acc0, acc1))
     }
-    for (x, y) in wp.remainder().iter().zip(ap.remainder()) {
-        let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
-        acc0 = _mm256_fmadd_ps(d, q8_0_block(x, load_q(&y.qs)), acc0);
-    }
-    hsum_ps(_mm256_add_ps(acc0, acc1))
 }
 
 // ---- four rows --------------------------------------------------------------------------
@@ -126,57 +154,69 @@ macro_rules! rows4 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_x4_inner(w: [&[BlockQ4_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (y, xs) in rows4!(a, w) {
-        let yq = load_q(&y.qs);
-        for (acc, x) in acc.iter_mut().zip(xs) {
-            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
-            *acc = _mm256_fmadd_ps(d, q4_0_block(x, yq), *acc);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (y, xs) in rows4!(a, w) {
+            let yq = load_q(&y.qs);
+            for (acc, x) in acc.iter_mut().zip(xs) {
+                let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+                *acc = _mm256_fmadd_ps(d, q4_0_block(x, yq), *acc);
+            }
         }
+        [
+            hsum_ps(acc[0]),
+            hsum_ps(acc[1]),
+            hsum_ps(acc[2]),
+            hsum_ps(acc[3]),
+        ]
     }
-    [
-        hsum_ps(acc[0]),
-        hsum_ps(acc[1]),
-        hsum_ps(acc[2]),
-        hsum_ps(acc[3]),
-    ]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_x4_inner(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm_setzero_ps(); 4];
-    for (y, xs) in rows4!(a, w) {
-        let yq = load_q(&y.qs);
-        for ((acc, accm), x) in acc.iter_mut().zip(accm.iter_mut()).zip(xs) {
-            let p = dm_prod(x, y);
-            *accm = _mm_add_ps(*accm, p);
-            *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, yq), *acc);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut accm = [_mm_setzero_ps(); 4];
+        for (y, xs) in rows4!(a, w) {
+            let yq = load_q(&y.qs);
+            for ((acc, accm), x) in acc.iter_mut().zip(accm.iter_mut()).zip(xs) {
+                let p = dm_prod(x, y);
+                *accm = _mm_add_ps(*accm, p);
+                *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), q4_1_block(x, yq), *acc);
+            }
         }
+        let mut out = [0f32; 4];
+        for r in 0..4 {
+            out[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r]));
+        }
+        out
     }
-    let mut out = [0f32; 4];
-    for r in 0..4 {
-        out[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r]));
-    }
-    out
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_x4_inner(w: [&[BlockQ8_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (y, xs) in rows4!(a, w) {
-        let yq = load_q(&y.qs);
-        for (acc, x) in acc.iter_mut().zip(xs) {
-            let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
-            *acc = _mm256_fmadd_ps(d, q8_0_block(x, yq), *acc);
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (y, xs) in rows4!(a, w) {
+            let yq = load_q(&y.qs);
+            for (acc, x) in acc.iter_mut().zip(xs) {
+                let d = _mm256_broadcastss_ps(f16_mul(x.d, y.d));
+                *acc = _mm256_fmadd_ps(d, q8_0_block(x, yq), *acc);
+            }
         }
+        [
+            hsum_ps(acc[0]),
+            hsum_ps(acc[1]),
+            hsum_ps(acc[2]),
+            hsum_ps(acc[3]),
+        ]
     }
-    [
-        hsum_ps(acc[0]),
-        hsum_ps(acc[1]),
-        hsum_ps(acc[2]),
-        hsum_ps(acc[3]),
-    ]
 }
 
 // ---- safe wrappers (only handed out after the CPU check) --------------------------------

@@ -80,9 +80,13 @@ pub(crate) unsafe fn f16_one(a: [u8; 2]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn nibbles_32(p: *const u8) -> __m256i {
-    let lo = _mm_loadu_si128(p.cast());
-    let hi = _mm_srli_epi16::<4>(lo);
-    _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let lo = _mm_loadu_si128(p.cast());
+        let hi = _mm_srli_epi16::<4>(lo);
+        _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
+    }
 }
 
 /// Sum of adjacent pairs of i16 lanes as 8 f32.
@@ -96,14 +100,22 @@ pub(crate) unsafe fn sum_i16_pairs_ps(x: __m256i) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn mul_sum_us8_pairs_ps(ax: __m256i, sy: __m256i) -> __m256 {
-    sum_i16_pairs_ps(_mm256_maddubs_epi16(ax, sy))
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        sum_i16_pairs_ps(_mm256_maddubs_epi16(ax, sy))
+    }
 }
 
 /// Dot of signed bytes `x` (any value) with signed bytes `y` (no -128), in 8 f32 partial sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn mul_sum_i8_pairs_ps(x: __m256i, y: __m256i) -> __m256 {
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    mul_sum_us8_pairs_ps(ax, sy)
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let ax = _mm256_sign_epi8(x, x);
+        let sy = _mm256_sign_epi8(y, x);
+        mul_sum_us8_pairs_ps(ax, sy)
+    }
 }
