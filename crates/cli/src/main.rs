@@ -6,6 +6,7 @@
 mod batch;
 mod bench;
 mod generate;
+mod logger;
 mod model_ref;
 mod models;
 mod serve;
@@ -35,6 +36,7 @@ enum Command {
 }
 
 fn main() {
+    logger::init();
     let cli = Cli::parse();
     let result: Result<()> = match cli.command {
         Command::Generate(args) => generate::run(args),

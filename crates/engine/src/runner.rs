@@ -197,7 +197,7 @@ impl ModelRunner {
                 "backend `{}` does not support capture: every step runs eager",
                 self.backend.name()
             );
-            eprintln!("oxllm: {msg}");
+            log::warn!("oxllm: {msg}");
             self.report.failed.push(msg);
             return Ok(());
         }
@@ -255,7 +255,7 @@ impl ModelRunner {
                     self.backend.abort_capture();
                     let msg =
                         format!("{kind:?} bucket {size}: capture failed ({e}); it runs eager");
-                    eprintln!("oxllm: {msg}");
+                    log::warn!("oxllm: {msg}");
                     self.report.failed.push(msg);
                 }
             }

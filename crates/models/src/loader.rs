@@ -173,7 +173,7 @@ pub fn load_model(path: &Path) -> Result<(ModelFile, Model), ModelError> {
         if hybrid_arch(name).is_some() {
             let config = HybridConfig::from_hf(d.config())?;
             if config.skipped_vision {
-                eprintln!(
+                log::warn!(
                     "oxllm: {name}: serving the text model only; the vision tower is skipped"
                 );
             }

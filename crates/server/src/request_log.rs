@@ -1,4 +1,4 @@
-//! One log line per HTTP request, on stderr, written when the request is over (the response
+//! One log line per HTTP request (an `info` record of target `oxllm::request`), written when the request is over (the response
 //! sent, its stream ended, or the client gone):
 //!
 //! `oxllm serve: request chatcmpl-… POST /v1/chat/completions 200 prompt_tokens=37
@@ -113,7 +113,7 @@ impl RequestLog {
 impl Drop for RequestLog {
     fn drop(&mut self) {
         let seen = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        eprintln!("{}", self.line(&seen));
+        log::info!(target: "oxllm::request", "{}", self.line(&seen));
     }
 }
 

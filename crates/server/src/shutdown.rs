@@ -69,7 +69,7 @@ pub async fn serve_until(
         Some(()) = signals.next() => {}
     }
     state.drain().start();
-    eprintln!(
+    log::info!(
         "oxllm serve: draining {} requests (up to {} s); Ctrl-C again to stop now",
         state.admission().in_flight(),
         grace.as_secs_f64()
@@ -81,7 +81,7 @@ pub async fn serve_until(
         () = idle(&state) => Stopped::Drained,
         () = tokio::time::sleep_until(deadline) => {
             let left = state.admission().in_flight();
-            eprintln!("oxllm serve: grace of {} s over; ending {left} requests still in flight", grace.as_secs_f64());
+            log::warn!("oxllm serve: grace of {} s over; ending {left} requests still in flight", grace.as_secs_f64());
             state.drain().expire();
             Stopped::GraceExpired
         }
@@ -92,7 +92,7 @@ pub async fn serve_until(
         r = &mut server => r.map(|()| outcome),
         Some(()) = signals.next() => Ok(Stopped::Forced),
         () = tokio::time::sleep_until(flush_until) => {
-            eprintln!("oxllm serve: connections still open {} s after the grace; closing them", FLUSH_MARGIN.as_secs());
+            log::warn!("oxllm serve: connections still open {} s after the grace; closing them", FLUSH_MARGIN.as_secs());
             Ok(outcome)
         }
     }
