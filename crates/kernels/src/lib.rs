@@ -8,5 +8,6 @@ pub mod ops;
 pub mod pool;
 pub mod quant;
 mod scratch;
+mod shared_mut;
 pub mod weight_bytes;
 pub mod weight_dot;

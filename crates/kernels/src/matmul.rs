@@ -108,17 +108,19 @@ fn matmul_many_with(
 ) -> Result<(), QuantError> {
     // Plans live on the stack (no allocation per call); larger lists go in groups.
     for group in jobs.chunks_mut(MAX_MANY) {
+        let n = group.len();
         let mut plans: [Option<Plan<'_>>; MAX_MANY] = [const { None }; MAX_MANY];
-        for (slot, (w, acts, out)) in plans.iter_mut().zip(group.iter()) {
+        let mut outs: [Option<SharedMut<'_, f32>>; MAX_MANY] = [const { None }; MAX_MANY];
+        for ((plan_slot, out_slot), (w, acts, out)) in
+            plans.iter_mut().zip(outs.iter_mut()).zip(group.iter_mut())
+        {
+            let (w, acts): (&QMatrix, &QuantizedActs) = (w, acts);
             check_shapes(w, acts, out);
-            *slot = Some(plan(pool, w, acts, false)?);
-        }
-        let mut outs: [Option<SharedMut<f32>>; MAX_MANY] = [const { None }; MAX_MANY];
-        for (slot, job) in outs.iter_mut().zip(group.iter_mut()) {
-            *slot = Some(SharedMut::new(job.2));
+            *plan_slot = Some(plan(pool, w, acts, false)?);
+            *out_slot = Some(SharedMut::new(out));
         }
         if compute {
-            execute(pool, &plans[..group.len()], &outs[..group.len()]);
+            execute(pool, &plans[..n], &outs[..n]);
         }
     }
     Ok(())

@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+pub use crate::shared_mut::SharedMut;
+
 /// A job as seen by the workers: a borrowed closure whose lifetime `run` guarantees.
 type Job = *const (dyn Fn(usize, usize) + Sync);
 
@@ -127,6 +129,8 @@ impl ThreadPool {
         // SAFETY: the pointer is only dereferenced by workers that joined this epoch, before
         // they count themselves done, and we wait for every joined worker before returning.
         let job_ptr: Job = unsafe { std::mem::transmute(job as *const _) };
+        // SAFETY: `run_guard` makes us the only writer, and no worker reads the slot before the
+        // epoch below is published.
         unsafe { *self.shared.job.get() = Some(job_ptr) };
         let epoch = self.shared.epoch.load(Ordering::Relaxed).wrapping_add(1);
         self.shared.done.store(0, Ordering::Relaxed);
@@ -159,6 +163,8 @@ impl ThreadPool {
                 std::thread::yield_now();
             }
         }
+        // SAFETY: every worker that joined this epoch has counted itself done (the wait above),
+        // so nobody reads the job slot while it is cleared.
         unsafe { *self.shared.job.get() = None };
         if let Err(payload) = mine {
             std::panic::resume_unwind(payload);
@@ -285,41 +291,6 @@ pub fn for_parts_mut<T: Send>(
     });
 }
 
-/// A raw pointer that threads may share to write disjoint elements of one output buffer.
-#[derive(Clone, Copy)]
-pub struct SharedMut<T>(*mut T);
-unsafe impl<T: Send> Send for SharedMut<T> {}
-unsafe impl<T: Send> Sync for SharedMut<T> {}
-
-impl<T> SharedMut<T> {
-    pub fn new(slice: &mut [T]) -> Self {
-        SharedMut(slice.as_mut_ptr())
-    }
-    /// # Safety
-    /// `start..start + len` must lie inside the original slice, and no two threads may hold
-    /// overlapping ranges at the same time.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
-        unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
-            std::slice::from_raw_parts_mut(self.0.add(start), len)
-        }
-    }
-    /// A raw pointer to element `start` (no reference is formed, so threads may each write
-    /// their own elements of one row through pointers derived from it).
-    ///
-    /// # Safety
-    /// `start` lies inside the original slice (or one past its end).
-    pub unsafe fn ptr_at(&self, start: usize) -> *mut T {
-        unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
-            self.0.add(start)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,21 +335,6 @@ mod tests {
         for h in &hits {
             assert_eq!(h.load(Ordering::Relaxed), 1000);
         }
-    }
-
-    #[test]
-    fn disjoint_writes_through_shared_pointer() {
-        let pool = ThreadPool::new(4);
-        let mut out = vec![0usize; 1001];
-        let ptr = SharedMut::new(&mut out);
-        pool.run(|i, n| {
-            let r = split_range(1001, i, n);
-            let s = unsafe { ptr.slice(r.start, r.len()) };
-            for (k, v) in s.iter_mut().enumerate() {
-                *v = r.start + k;
-            }
-        });
-        assert!(out.iter().enumerate().all(|(k, v)| k == *v));
     }
 
     #[test]

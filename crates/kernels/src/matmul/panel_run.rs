@@ -221,8 +221,8 @@ fn chunk_at<const C: usize>(
         qs: p.qs[slot * QK..].as_ptr(),
         terms: p.terms[2 * c0 * p.nb + r0..].as_ptr(),
         corr: p.corr.get(slot..).unwrap_or_default().as_ptr(),
-        // SAFETY: row starts of the output; this tile writes only its own columns.
-        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
+        // Row starts of the output: this tile writes only its own columns of them.
+        out: std::array::from_fn(|c| out.ptr_at((c0 + r0 + c) * n)),
     }
 }
 
@@ -303,8 +303,8 @@ fn wide_chunk_at<const C: usize>(
     WideChunk::<C> {
         pairs: p.pairs[slot * QK / 2..].as_ptr(),
         ad: p.ad[slot..].as_ptr(),
-        // SAFETY: row starts of the output; this tile writes only its own columns.
-        out: std::array::from_fn(|c| unsafe { out.ptr_at((c0 + r0 + c) * n) }),
+        // Row starts of the output: this tile writes only its own columns of them.
+        out: std::array::from_fn(|c| out.ptr_at((c0 + r0 + c) * n)),
     }
 }
 
