@@ -300,12 +300,14 @@ def streamed_equals_whole():
     jsonschema.validate(json.loads(whole), Book.model_json_schema())
 
 
-def expect_400(param, **kw):
+def expect_400(param, says=None, **kw):
     try:
         client.chat.completions.create(model=MODEL, messages=messages("Hi."), max_tokens=8, **kw)
     except openai.BadRequestError as e:
         got = e.body.get("param") if isinstance(e.body, dict) else None
         assert got == param, (got, param, e.body)
+        if says is not None:
+            assert says in e.body.get("message", ""), (says, e.body)
         return
     raise AssertionError(f"expected a 400 naming {param}")
 
@@ -322,6 +324,39 @@ def bad_constraints_are_400_naming_the_field():
     expect_400("structured_outputs.grammar", extra_body={"structured_outputs": {"grammar": "start: nothing_here"}})
     expect_400("structured_outputs.choice", extra_body={"structured_outputs": {"choice": []}})
     expect_400("guided_choice", extra_body={"guided_regex": "a", "guided_choice": ["b"]})
+
+
+@test
+def grammars_that_never_terminate_are_400():
+    # Every prefix can continue but no output ever completes: rejected at admission instead of
+    # running to max_tokens.
+    expect_400("structured_outputs.grammar", "never terminates",
+               extra_body={"structured_outputs": {"grammar": 'start: "a" start'}})
+    expect_400("guided_grammar", "never terminates",
+               extra_body={"guided_grammar": 'start: x\nx: "(" y\ny: ")" x'})
+    endless = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    expect_400("response_format.json_schema.schema", "never terminates", response_format={
+        "type": "json_schema", "json_schema": {"name": "endless", "schema": endless}})
+    # The same shapes that can finish are served.
+    r = client.chat.completions.create(
+        model=MODEL, messages=messages("Say a."), max_tokens=8, temperature=0,
+        extra_body={"structured_outputs": {"grammar": 'start: "a" start | "b"'}})
+    text = r.choices[0].message.content
+    assert r.choices[0].finish_reason == "length" or (set(text[:-1]) <= {"a"} and text.endswith("b")), text
+
+
+@test
+def unsupported_schema_features_are_400_naming_them():
+    for schema, named in [
+        ({"not": {"type": "string"}}, "not"),
+        ({"if": {"type": "string"}, "then": {"maxLength": 3}}, "if"),
+        ({"type": "object", "dependentRequired": {"a": ["b"]}}, "dependentRequired"),
+        ({"$ref": "https://example.com/remote.json"}, "$ref"),
+        ({"type": "integer", "minimum": 5, "maximum": 1}, "minimum"),
+    ]:
+        expect_400("response_format.json_schema.schema", named, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        expect_400("structured_outputs.json", named, extra_body={"structured_outputs": {"json": schema}})
 
 
 def free_port():

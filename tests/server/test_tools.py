@@ -102,22 +102,37 @@ def round_trip_with_a_tool_message():
     assert c.finish_reason in ("stop", "length") and c.message.content and not c.message.tool_calls, c
 
 
-@test
-def streamed_tool_calls_equal_whole():
-    kw = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96, temperature=0)
-    whole = client.chat.completions.create(**kw).choices[0]
-    calls = check_calls(whole, {"get_weather", "get_time"})
-    got, finish = {}, None
-    for chunk in client.chat.completions.create(stream=True, **kw):
+def assemble(stream):
+    """Tool calls from `delta.tool_calls` chunks: the first chunk of a call carries its id, type
+    and name, later ones only argument fragments. Returns (calls, fragment counts, finish)."""
+    got, fragments, finish = {}, {}, None
+    for chunk in stream:
         for ch in chunk.choices:
             for d in ch.delta.tool_calls or []:
-                slot = got.setdefault(d.index, {"name": "", "arguments": ""})
-                slot["name"] += d.function.name or ""
-                slot["arguments"] += d.function.arguments or ""
+                if d.index not in got:
+                    assert d.id and d.id.startswith("call_") and d.type == "function" and d.function.name, d
+                    got[d.index] = {"id": d.id, "name": d.function.name, "arguments": d.function.arguments or ""}
+                    fragments[d.index] = 0
+                else:
+                    assert d.id is None and d.function.name is None, d
+                    got[d.index]["arguments"] += d.function.arguments or ""
+                    fragments[d.index] += 1
             finish = ch.finish_reason or finish
-    assert finish == "tool_calls", finish
-    assert [(c.function.name, c.function.arguments) for c in calls] == \
-        [(got[i]["name"], got[i]["arguments"]) for i in sorted(got)], (calls, got)
+    return [got[i] for i in sorted(got)], [fragments[i] for i in sorted(fragments)], finish
+
+
+@test
+def streamed_tool_calls_equal_whole():
+    for choice in ["required", {"type": "function", "function": {"name": "get_weather"}}]:
+        kw = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96, temperature=0)
+        whole = client.chat.completions.create(**kw).choices[0]
+        calls = check_calls(whole, {"get_weather", "get_time"})
+        got, fragments, finish = assemble(client.chat.completions.create(stream=True, **kw))
+        assert finish == "tool_calls", finish
+        assert [(c.function.name, c.function.arguments) for c in calls] == \
+            [(g["name"], g["arguments"]) for g in got], (calls, got)
+        # Token by token: the arguments arrive in several fragments, not at the choice's end.
+        assert all(f > 3 for f in fragments), fragments
 
 
 @test
@@ -150,9 +165,21 @@ def bad_tools_are_400_naming_the_field():
     expect_400("tools[0].function", tools=[{"type": "function"}])
     expect_400("tools[0].type", tools=[{"type": "retrieval", "function": {"name": "x"}}])
     expect_400("tools[1].function.parameters", tools=[WEATHER, {"type": "function", "function": {"name": "x", "parameters": 3}}])
-    expect_400("tools", tools=[{"type": "function", "function": {"name": "x", "parameters": {"type": "strin"}}}],
+    expect_400("tools[0].function.parameters", tools=[{"type": "function", "function": {"name": "x", "parameters": {"type": "strin"}}}],
                tool_choice="required")
     expect_400("tool_choice", tools=TOOLS, tool_choice="sometimes")
+    # Malformed definitions are caught under `auto` too, each naming its field.
+    expect_400("tools[1].function.parameters", tools=[WEATHER, {"type": "function", "function": {
+        "name": "x", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}])
+    expect_400("tools[0].function.parameters", tools=[{"type": "function", "function": {
+        "name": "x", "parameters": {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}}}])
+    expect_400("tools[0].function.name", tools=[{"type": "function", "function": {"name": "has space"}}])
+    expect_400("tools[0].function.name", tools=[{"type": "function", "function": {"parameters": {}}}])
+    expect_400("tools[1].function.name", tools=[WEATHER, WEATHER])
+    expect_400("tools[0].function.description", tools=[{"type": "function", "function": {"name": "x", "description": 3}}])
+    expect_400("tools", tools={"not": "a list"})
+    expect_400("tool_choice.function.name", tools=TOOLS, tool_choice={"type": "function", "function": {}})
+    expect_400("tool_choice", tool_choice="required")
     expect_400("tool_choice", tools=TOOLS, tool_choice="required", response_format={"type": "json_object"})
 
 

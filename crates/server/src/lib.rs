@@ -17,8 +17,10 @@
 
 pub mod admission;
 pub mod answer;
+pub mod answer_stream;
 pub mod auth;
 pub mod browser;
+pub mod call_scan;
 pub mod config;
 pub mod conn;
 pub mod content_tokens;
@@ -41,6 +43,7 @@ pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod structured;
+pub mod tool_stream;
 pub mod tools;
 pub mod vllm_metrics;
 

@@ -1,5 +1,6 @@
 //! Reasoning output of templates that think (Qwen3 and kin): the `<think>...</think>` part of
-//! an answer goes to `reasoning_content`, the rest to `content`.
+//! an answer goes to `reasoning_content`, the rest to `content` (split as it streams, by
+//! [`crate::answer_stream`]).
 //!
 //! A template thinks when it speaks of `</think>`; `chat_template_kwargs: {"enable_thinking":
 //! false}` turns it off (the template then closes an empty think block in the prompt itself).
@@ -18,41 +19,15 @@ pub fn thinks(template_source: &str, kwargs: Option<&Map<String, Value>>) -> boo
     template_source.contains(CLOSE) && !disabled
 }
 
-/// `(reasoning, content)`: everything up to `</think>` is reasoning (an opening `<think>` the
-/// model wrote is dropped; the template may have written it in the prompt); an answer that
-/// opened `<think>` and was cut before `</think>` is all reasoning; one with neither tag is
-/// all content.
-pub fn split(text: &str) -> (Option<String>, String) {
-    let body = text.trim_start();
-    let opened = body.starts_with(OPEN);
-    let body = body.strip_prefix(OPEN).unwrap_or(body);
-    match body.find(CLOSE) {
-        Some(at) => (
-            Some(body[..at].trim().to_string()),
-            body[at + CLOSE.len()..].trim_start().to_string(),
-        ),
-        None if opened => (Some(body.trim().to_string()), String::new()),
-        None => (None, text.to_string()),
-    }
+/// Whether the rendered prompt ends inside an open `<think>` block (the template opened it
+/// for the model, as some thinking templates do).
+pub fn opened_in_prompt(prompt_tail: &str) -> bool {
+    prompt_tail.trim_end().ends_with(OPEN)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn splits_reasoning_from_content() {
-        assert_eq!(
-            split("<think>\nLet me see.\n</think>\n\nParis."),
-            (Some("Let me see.".into()), "Paris.".into())
-        );
-        assert_eq!(split("hmm</think>ok"), (Some("hmm".into()), "ok".into()));
-        assert_eq!(
-            split("<think>cut off"),
-            (Some("cut off".into()), String::new())
-        );
-        assert_eq!(split("plain answer"), (None, "plain answer".into()));
-    }
 
     #[test]
     fn enable_thinking_false_turns_it_off() {

@@ -217,3 +217,12 @@ pub async fn compile(state: &AppState, req: Requested) -> Result<Constraint, Api
     })
     .await
 }
+
+/// Checks that `req` compiles where this model can constrain at all (tool parameter schemas
+/// under `auto`: a model without a grammar engine still serves unenforced tools).
+pub async fn check(state: &AppState, req: Requested) -> Result<(), ApiError> {
+    if state.grammar_compiler().is_err() {
+        return Ok(());
+    }
+    compile(state, req).await.map(drop)
+}

@@ -1,6 +1,6 @@
 //! Tool calling: `tools`, `tool_choice` and `parallel_tool_calls` checked, the call format
-//! chosen, `required` / named choices enforced by a grammar, and the output parsed back into
-//! `tool_calls`.
+//! chosen, `required` / named choices enforced by a grammar (the output is parsed back into
+//! `tool_calls` by [`crate::tool_stream`]).
 //!
 //! Two formats:
 //! - **Hermes** (Qwen2.5 / Qwen3 and other templates that render `tools` and `<tool_call>`):
@@ -18,8 +18,7 @@ use oxllm_structured::ConstraintSpec;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::ids::new_id;
-use crate::protocol::chat::{ChatMessage, FunctionCall, ToolCall};
+use crate::protocol::chat::ChatMessage;
 
 /// How tool calls are written by the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +113,22 @@ pub fn plan(
                 format!("two tools are named `{name}`"),
             ));
         }
+        if f.get("description")
+            .is_some_and(|d| !d.is_string() && !d.is_null())
+        {
+            return Err(ApiError::invalid_param(
+                at(".function.description"),
+                "a function's `description` must be a string",
+            ));
+        }
+        if f.get("strict")
+            .is_some_and(|d| !d.is_boolean() && !d.is_null())
+        {
+            return Err(ApiError::invalid_param(
+                at(".function.strict"),
+                "a function's `strict` must be a boolean",
+            ));
+        }
         let params = match f.get("parameters") {
             None | Some(Value::Null) => json!({"type": "object"}),
             Some(p @ Value::Object(_)) => p.clone(),
@@ -192,6 +207,21 @@ impl ToolPlan {
         (self.format == ToolFormat::Hermes).then(|| self.raw.clone())
     }
 
+    /// Each tool's parameters as a schema to compile at admission, with the field it came
+    /// from: a schema the engine cannot enforce is the client's error even under `auto`.
+    pub fn parameter_schemas(&self) -> Vec<(String, ConstraintSpec)> {
+        self.tools
+            .iter()
+            .enumerate()
+            .map(|(i, (_, params))| {
+                (
+                    format!("tools[{i}].function.parameters"),
+                    ConstraintSpec::JsonSchema(params.clone()),
+                )
+            })
+            .collect()
+    }
+
     /// The grammar that forces a call (`required` or a named function); `None` for `auto`.
     pub fn constraint(&self) -> Option<ConstraintSpec> {
         let allowed: Vec<&(String, Value)> = match &self.choice {
@@ -266,87 +296,6 @@ impl ToolPlan {
             serde_json::to_string_pretty(&list).unwrap_or_default()
         )
     }
-
-    /// Splits the output into content and tool calls (`calls` empty: no call was made).
-    pub fn parse_output(&self, text: &str) -> (Option<String>, Vec<ToolCall>) {
-        let (content, calls) = match self.format {
-            ToolFormat::Generic => parse_generic(text),
-            ToolFormat::Hermes => parse_hermes(text),
-        };
-        (content, self.named(calls))
-    }
-
-    fn named(&self, calls: Vec<(String, Value)>) -> Vec<ToolCall> {
-        calls
-            .into_iter()
-            .map(|(name, args)| ToolCall {
-                id: new_id("call_"),
-                kind: "function",
-                function: FunctionCall {
-                    name,
-                    arguments: args.to_string(),
-                },
-            })
-            .collect()
-    }
-}
-
-/// `{"name": ..., "arguments": {...}}` (arguments also accepted as a JSON string).
-fn name_and_args(v: &Value) -> Option<(String, Value)> {
-    let name = v.get("name")?.as_str()?.to_string();
-    let args = match v.get("arguments") {
-        Some(Value::String(s)) => serde_json::from_str(s).ok()?,
-        Some(a @ Value::Object(_)) => a.clone(),
-        None => json!({}),
-        Some(_) => return None,
-    };
-    Some((name, args))
-}
-
-type RawCall = (String, Value);
-
-/// The whole answer is `{"tool_calls": [...]}`, or it is content.
-fn parse_generic(text: &str) -> (Option<String>, Vec<RawCall>) {
-    let calls: Vec<RawCall> = serde_json::from_str::<Value>(text.trim())
-        .ok()
-        .and_then(|v| v.get("tool_calls").and_then(Value::as_array).cloned())
-        .map(|calls| calls.iter().filter_map(name_and_args).collect())
-        .unwrap_or_default();
-    if calls.is_empty() {
-        (Some(text.to_string()), calls)
-    } else {
-        (None, calls)
-    }
-}
-
-/// Every well-formed `<tool_call>...</tool_call>` block is a call; the rest is content.
-fn parse_hermes(text: &str) -> (Option<String>, Vec<RawCall>) {
-    const OPEN: &str = "<tool_call>";
-    const CLOSE: &str = "</tool_call>";
-    let (mut calls, mut content, mut rest) = (Vec::new(), String::new(), text);
-    while let Some(at) = rest.find(OPEN) {
-        let after = &rest[at + OPEN.len()..];
-        let Some(end) = after.find(CLOSE) else {
-            break;
-        };
-        let call = serde_json::from_str::<Value>(after[..end].trim())
-            .ok()
-            .and_then(|v| name_and_args(&v));
-        match call {
-            Some(c) => {
-                content.push_str(&rest[..at]);
-                calls.push(c);
-            }
-            None => content.push_str(&rest[..at + OPEN.len() + end + CLOSE.len()]),
-        }
-        rest = &after[end + CLOSE.len()..];
-    }
-    content.push_str(rest);
-    if calls.is_empty() {
-        return (Some(text.to_string()), calls);
-    }
-    let content = content.trim();
-    ((!content.is_empty()).then(|| content.to_string()), calls)
 }
 
 /// The messages with earlier tool calls spelled for `format` (also when this request offers

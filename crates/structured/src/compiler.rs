@@ -83,6 +83,11 @@ impl GrammarCompiler {
         }))
         .map_err(|_| StructuredError::Compile("the grammar engine failed on this grammar".into()))?
         .map_err(|e| StructuredError::Compile(clean_message(&e.to_string())))?;
+        crate::termination::check_terminates(parser.parser.grammar()).map_err(|rule| {
+            StructuredError::Compile(format!(
+                "the grammar never terminates: no finite output completes rule `{rule}`"
+            ))
+        })?;
         let mut matcher = Matcher::new(Ok(parser));
         check_producible(&mut matcher)?;
         let elapsed = start.elapsed().as_secs_f64();

@@ -14,6 +14,7 @@ mod compiler;
 mod constraint;
 mod error;
 mod spec;
+mod termination;
 mod vocab;
 
 pub use compiler::{CompileStats, GrammarCompiler};

@@ -99,14 +99,23 @@ pub struct FunctionCall {
     pub arguments: String,
 }
 
-/// A streamed tool call (`delta.tool_calls[i]`): each call arrives whole in one chunk.
+/// A streamed tool call (`delta.tool_calls[i]`): the first chunk of a call has its id, type
+/// and name, later ones fragments of its arguments.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolCallDelta {
     pub index: usize,
-    pub id: String,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: FunctionCall,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionCallDelta,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FunctionCallDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -8,7 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use oxllm_engine::RequestEvent;
 
-use crate::answer::{AnswerShape, Shaped};
+use crate::answer::AnswerShape;
+use crate::answer_stream::{AnswerStream, Piece};
 use crate::error::ApiError;
 use crate::generation::{self, Run};
 use crate::ids::{new_id, unix_now};
@@ -18,7 +19,7 @@ use crate::params::{self, fit_to_context};
 use crate::prompt::{self, ChatOptions};
 use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatDelta, ChatRequest, ChatResponse,
-    ToolCallDelta,
+    FunctionCallDelta, ToolCallDelta,
 };
 use crate::protocol::common::Usage;
 use crate::protocol::completions::Skip;
@@ -48,10 +49,16 @@ pub async fn chat_completions(
         req.parallel_tool_calls,
         format,
     )?;
-    let shape = AnswerShape {
+    let mut shape = AnswerShape {
         reasoning: reasoning::thinks(&template_source, req.chat_template_kwargs.as_ref()),
+        opened_in_prompt: false,
         tools: tool_plan.clone(),
     };
+    if let Some(plan) = &tool_plan {
+        for (field, spec) in plan.parameter_schemas() {
+            structured::check(&state, structured::Requested { spec, field }).await?;
+        }
+    }
     let mut requested = req.structured().spec()?;
     if let Some(spec) = tool_plan.as_ref().and_then(|p| p.constraint()) {
         if let Some(other) = &requested {
@@ -133,6 +140,13 @@ pub async fn chat_completions(
             "the rendered prompt is empty",
         ));
     }
+    if shape.reasoning {
+        let tail = &ids[ids.len().saturating_sub(8)..];
+        shape.opened_in_prompt = state
+            .tokenizer()?
+            .decode(tail, false)
+            .is_ok_and(|t| reasoning::opened_in_prompt(&t));
+    }
     let params = fit_to_context(&parsed, ids.len(), None, &state.context(), "messages")?;
     let run =
         generation::submit_constrained(&state, &[ids], &[params], "messages", constraint.as_ref())?;
@@ -149,7 +163,7 @@ pub async fn chat_completions(
             include_usage: parsed.include_usage,
             want_logprobs,
             usage: vec![(0, 0, 0); run.len],
-            held: vec![String::new(); run.len],
+            streams: (0..run.len).map(|_| shape.stream()).collect(),
             shape,
         };
         return Ok(sse::respond(run, writer));
@@ -181,7 +195,7 @@ async fn whole(
             ChatChoice {
                 index,
                 logprobs: want_logprobs.then(|| logprobs::chat(state, &c.logprobs)),
-                finish_reason: Some(finish_of(&shaped, c.finish_reason)),
+                finish_reason: Some(finish_of(!shaped.tool_calls.is_empty(), c.finish_reason)),
                 message: AssistantMessage {
                     role: "assistant",
                     content: shaped.content,
@@ -204,12 +218,13 @@ async fn whole(
     .into_response())
 }
 
-/// `tool_calls` when the answer called tools, else the engine's reason.
-fn finish_of(shaped: &Shaped, reason: &'static str) -> &'static str {
-    if shaped.tool_calls.is_empty() {
-        reason
-    } else {
+/// `tool_calls` when the answer called tools and ended on its own (a call cut by
+/// `max_tokens` stays `length`), else the engine's reason.
+fn finish_of(called: bool, reason: &'static str) -> &'static str {
+    if called && reason == "stop" {
         "tool_calls"
+    } else {
+        reason
     }
 }
 
@@ -221,9 +236,8 @@ struct Chunks {
     want_logprobs: bool,
     /// (prompt, completion, cached) tokens per choice.
     usage: Vec<(usize, usize, usize)>,
-    /// Text held back per choice while answers are shaped (reasoning, tool calls): it is sent
-    /// shaped when the choice finishes.
-    held: Vec<String>,
+    /// Per choice, its answer shaped as it streams (reasoning, tool calls).
+    streams: Vec<AnswerStream>,
     shape: AnswerShape,
 }
 
@@ -255,6 +269,29 @@ impl Chunks {
     }
 }
 
+impl Chunks {
+    /// One chunk per delta; logprobs ride on the first (alone when there is no delta).
+    fn send(
+        &self,
+        index: usize,
+        deltas: Vec<ChatDelta>,
+        mut lp: Option<crate::protocol::chat::ChatLogprobs>,
+        finish: Option<&'static str>,
+        out: &mut VecDeque<String>,
+    ) {
+        let deltas = if deltas.is_empty() && lp.is_some() {
+            vec![content_delta(String::new())]
+        } else {
+            deltas
+        };
+        for delta in deltas {
+            let mut choice = self.one(index, delta, finish);
+            choice.logprobs = lp.take();
+            out.push_back(self.chunk(vec![choice], None));
+        }
+    }
+}
+
 impl ChunkWriter for Chunks {
     fn start(&mut self, out: &mut VecDeque<String>) {
         for i in 0..self.len {
@@ -270,30 +307,16 @@ impl ChunkWriter for Chunks {
     fn event(&mut self, index: usize, ev: RequestEvent, out: &mut VecDeque<String>) {
         match ev {
             RequestEvent::Delta { text, logprobs, .. } => {
-                let lp = self.want_logprobs && !logprobs.is_empty();
-                let text = if self.shape.is_active() {
-                    if let Some(h) = self.held.get_mut(index) {
-                        h.push_str(&text);
+                let lp = (self.want_logprobs && !logprobs.is_empty())
+                    .then(|| logprobs::chat(&self.state, &logprobs));
+                let deltas = match self.streams.get_mut(index) {
+                    Some(stream) if self.shape.is_active() => {
+                        stream.push(&text).into_iter().map(delta_of).collect()
                     }
-                    String::new()
-                } else {
-                    text
+                    _ if text.is_empty() => Vec::new(),
+                    _ => vec![content_delta(text)],
                 };
-                if text.is_empty() && !lp {
-                    return;
-                }
-                let mut choice = self.one(
-                    index,
-                    ChatDelta {
-                        content: Some(text),
-                        ..ChatDelta::default()
-                    },
-                    None,
-                );
-                if lp {
-                    choice.logprobs = Some(logprobs::chat(&self.state, &logprobs));
-                }
-                out.push_back(self.chunk(vec![choice], None));
+                self.send(index, deltas, lp, None, out);
             }
             RequestEvent::Finished {
                 reason,
@@ -306,27 +329,18 @@ impl ChunkWriter for Chunks {
                     *u = (prompt_tokens, completion_tokens, cached_tokens);
                 }
                 let mut reason = reason.as_str();
-                if self.shape.is_active() {
-                    let mut whole = self
-                        .held
-                        .get_mut(index)
-                        .map(std::mem::take)
-                        .unwrap_or_default();
-                    whole.push_str(&text);
-                    let shaped = self.shape.apply(&whole);
-                    reason = finish_of(&shaped, reason);
-                    for delta in shaped_deltas(shaped) {
-                        out.push_back(self.chunk(vec![self.one(index, delta, None)], None));
+                let deltas = match self.streams.get_mut(index) {
+                    Some(stream) if self.shape.is_active() => {
+                        let mut pieces = stream.push(&text);
+                        pieces.extend(stream.finish());
+                        reason = finish_of(stream.called(), reason);
+                        pieces.into_iter().map(delta_of).collect()
                     }
-                } else if !text.is_empty() {
-                    let delta = ChatDelta {
-                        content: Some(text),
-                        ..ChatDelta::default()
-                    };
-                    out.push_back(self.chunk(vec![self.one(index, delta, None)], None));
-                }
-                let done = self.one(index, ChatDelta::default(), Some(reason));
-                out.push_back(self.chunk(vec![done], None));
+                    _ if text.is_empty() => Vec::new(),
+                    _ => vec![content_delta(text)],
+                };
+                self.send(index, deltas, None, None, out);
+                self.send(index, vec![ChatDelta::default()], None, Some(reason), out);
             }
             RequestEvent::Error(_) => {}
         }
@@ -344,31 +358,34 @@ impl ChunkWriter for Chunks {
     }
 }
 
-/// A shaped answer as stream deltas: reasoning, content, then each tool call whole.
-fn shaped_deltas(shaped: Shaped) -> Vec<ChatDelta> {
-    let mut out = Vec::new();
-    if let Some(r) = shaped.reasoning.filter(|r| !r.is_empty()) {
-        out.push(ChatDelta {
-            reasoning_content: Some(r),
-            ..ChatDelta::default()
-        });
+fn content_delta(text: String) -> ChatDelta {
+    ChatDelta {
+        content: Some(text),
+        ..ChatDelta::default()
     }
-    if let Some(c) = shaped.content.filter(|c| !c.is_empty()) {
-        out.push(ChatDelta {
-            content: Some(c),
+}
+
+/// A piece of a shaped answer as a stream delta.
+fn delta_of(piece: Piece) -> ChatDelta {
+    let call = |index, id: Option<String>, name, arguments| ToolCallDelta {
+        index,
+        kind: id.as_ref().map(|_| "function"),
+        id,
+        function: FunctionCallDelta { name, arguments },
+    };
+    match piece {
+        Piece::Reasoning(t) => ChatDelta {
+            reasoning_content: Some(t),
             ..ChatDelta::default()
-        });
-    }
-    for (index, call) in shaped.tool_calls.into_iter().enumerate() {
-        out.push(ChatDelta {
-            tool_calls: Some(vec![ToolCallDelta {
-                index,
-                id: call.id,
-                kind: call.kind,
-                function: call.function,
-            }]),
+        },
+        Piece::Content(t) => content_delta(t),
+        Piece::CallStart { index, id, name } => ChatDelta {
+            tool_calls: Some(vec![call(index, Some(id), Some(name), String::new())]),
             ..ChatDelta::default()
-        });
+        },
+        Piece::CallArguments { index, text } => ChatDelta {
+            tool_calls: Some(vec![call(index, None, None, text)]),
+            ..ChatDelta::default()
+        },
     }
-    out
 }

@@ -1,0 +1,110 @@
+//! Admission checks of the grammar compiler on SmolLM2's vocabulary: grammars that never
+//! terminate and schemas with features the engine cannot enforce are compile errors (the
+//! server turns them into 400s), while recursive grammars that can finish still compile.
+
+use std::path::PathBuf;
+
+use oxllm_structured::{ConstraintSpec, GrammarCompiler, StructuredError};
+use oxllm_tok::Tokenizer;
+use serde_json::json;
+
+/// SmolLM2's committed tokenizer with `<|im_end|>` as its end of sequence.
+fn compiler() -> GrammarCompiler {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("oxllm-structured-tok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo.join("tests/fixtures/tok/smollm2/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        r#"{"eos_token": "<|im_end|>"}"#,
+    )
+    .unwrap();
+    let tok = Tokenizer::from_hf_dir(&dir).unwrap();
+    let vocab = tok.vocab_size();
+    GrammarCompiler::new(&tok, vocab).unwrap()
+}
+
+fn compile_error(c: &GrammarCompiler, spec: ConstraintSpec) -> String {
+    match c.compile(&spec) {
+        Err(StructuredError::Compile(m)) => m,
+        Err(other) => panic!("{spec:?}: expected a compile error, got {other:?}"),
+        Ok(_) => panic!("{spec:?}: compiled, expected an error"),
+    }
+}
+
+#[test]
+fn grammars_that_never_terminate_are_rejected() {
+    let c = compiler();
+    for g in [
+        "start: \"a\" start",
+        "start: x\nx: \"a\" y\ny: \"b\" x",
+        "start: \"(\" start \")\" | \"[\" start \"]\"",
+    ] {
+        let m = compile_error(&c, ConstraintSpec::Lark(g.into()));
+        assert!(m.contains("never terminates"), "{g}: {m}");
+    }
+    let endless = json!({
+        "type": "object",
+        "properties": {"next": {"$ref": "#"}},
+        "required": ["next"],
+    });
+    let m = compile_error(&c, ConstraintSpec::JsonSchema(endless));
+    assert!(m.contains("never terminates"), "{m}");
+}
+
+#[test]
+fn recursive_grammars_that_can_finish_compile() {
+    let c = compiler();
+    for g in [
+        "start: \"a\" start | \"b\"",
+        "start: \"(\" start \")\" | \"x\"",
+        "start: item+\nitem: /[a-z]+/ \";\"",
+    ] {
+        c.compile(&ConstraintSpec::Lark(g.into()))
+            .unwrap_or_else(|e| panic!("{g}: {e}"));
+    }
+    let tree = json!({
+        "type": "object",
+        "properties": {
+            "value": {"type": "integer"},
+            "children": {"type": "array", "items": {"$ref": "#"}},
+        },
+        "required": ["value"],
+    });
+    c.compile(&ConstraintSpec::JsonSchema(tree)).unwrap();
+    c.compile(&ConstraintSpec::Regex("[0-9]+".into())).unwrap();
+    c.compile(&ConstraintSpec::Choice(vec!["yes".into(), "no".into()]))
+        .unwrap();
+}
+
+#[test]
+fn unsupported_schema_features_are_named() {
+    let c = compiler();
+    for (schema, named) in [
+        (json!({"not": {"type": "string"}}), "not"),
+        (
+            json!({"if": {"type": "string"}, "then": {"maxLength": 3}}),
+            "if",
+        ),
+        (
+            json!({"type": "object", "dependentRequired": {"a": ["b"]}}),
+            "dependentRequired",
+        ),
+        (
+            json!({"type": "string", "format": "bogus-format"}),
+            "bogus-format",
+        ),
+        (json!({"$ref": "https://example.com/schema.json"}), "$ref"),
+        (
+            json!({"type": "integer", "minimum": 5, "maximum": 1}),
+            "minimum",
+        ),
+    ] {
+        let m = compile_error(&c, ConstraintSpec::JsonSchema(schema.clone()));
+        assert!(m.contains(named), "{schema}: {m}");
+    }
+}
