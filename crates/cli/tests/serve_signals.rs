@@ -1,6 +1,7 @@
 //! `oxllm serve` and its stop signals, through the real binary: the first Ctrl-C says at once
 //! how many requests it drains and for how long, a second one exits at once (130); SIGTERM on an
-//! idle server exits 0 right away.
+//! idle server exits 0 right away; `OXLLM_LOG` quiets the libraries' log lines (drain notes,
+//! the request log) but not the binary's own output.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -32,7 +33,17 @@ struct Serve {
 
 impl Serve {
     fn start() -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_oxllm"))
+        Serve::start_logging(None)
+    }
+
+    /// Starts with `OXLLM_LOG` set to `level` (unset: the default level).
+    fn start_logging(level: Option<&str>) -> Serve {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxllm"));
+        cmd.env_remove("OXLLM_LOG");
+        if let Some(level) = level {
+            cmd.env("OXLLM_LOG", level);
+        }
+        let mut child = cmd
             .args([
                 "serve",
                 "--port",
@@ -83,6 +94,24 @@ impl Serve {
                 Err(e) => panic!("no line with {needle:?} on stderr: {e}"),
             }
         }
+    }
+
+    /// Every stderr line still to come, up to the process's end.
+    fn rest(&self) -> Vec<String> {
+        self.lines.iter().collect()
+    }
+
+    /// Sends `GET path` and reads the whole response.
+    fn get(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(&self.addr).expect("connect");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        out
     }
 
     fn signal(&self, name: &str) {
@@ -174,4 +203,24 @@ fn sigterm_on_an_idle_server_exits_zero_at_once() {
         start.elapsed()
     );
     serve.wait_for("draining 0 requests", Duration::from_secs(1));
+}
+
+#[test]
+fn oxllm_log_sets_which_library_lines_reach_stderr() {
+    for (level, shown) in [(None, true), (Some("warn"), false)] {
+        let mut serve = Serve::start_logging(level);
+        assert!(serve.get("/v1/models").starts_with("HTTP/1.1 200"));
+        serve.signal("TERM");
+        assert!(serve.exit_within(Duration::from_secs(20)).success());
+        let lines = serve.rest();
+        let request_line = lines
+            .iter()
+            .any(|l| l.starts_with("oxllm serve: request - GET /v1/models 200 "));
+        let drain_line = lines.iter().any(|l| l.contains("draining 0 requests"));
+        assert_eq!(
+            (request_line, drain_line),
+            (shown, shown),
+            "OXLLM_LOG={level:?}: {lines:#?}"
+        );
+    }
 }
