@@ -88,6 +88,12 @@ pub struct ServeArgs {
     /// object, tools described in the system message); default: chosen from the chat template.
     #[arg(long)]
     tool_call_parser: Option<String>,
+    /// Publish KV-cache events (block stored / removed, with the documented block hashes) on
+    /// `GET /v1/kv_events` as server-sent events, for routers that send a request to the
+    /// replica holding its prefix (docs/DEPLOY.md). They carry prompt token ids: keep the
+    /// route internal, or set an API key.
+    #[arg(long)]
+    kv_events: bool,
     #[command(flatten)]
     states: StateArgs,
 }
@@ -172,6 +178,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 || format!("--tool-call-parser must be hermes or generic, got {name}"),
             )?),
         },
+        kv_events: args.kv_events,
     };
     let has_tokenizer = tokenizer.is_some();
     let state = AppState::new(engine.handle(), tokenizer, server_config);

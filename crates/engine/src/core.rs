@@ -136,6 +136,16 @@ impl<'t> EngineCore<'t> {
         self.scheduler.has_work()
     }
 
+    /// Starts recording KV-cache events (idempotent).
+    pub fn enable_kv_events(&mut self) {
+        self.scheduler.enable_kv_events();
+    }
+
+    /// The KV-cache events since the last call (see `kv_events`).
+    pub fn take_kv_events(&mut self) -> Vec<oxllm_kv::KvEvent> {
+        self.scheduler.take_kv_events()
+    }
+
     /// Admits a request of submission group `group`; on error the client gets an `Error`
     /// event and nothing is kept.
     pub fn add(

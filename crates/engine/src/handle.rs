@@ -18,6 +18,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use crate::buckets::PlanReport;
 use crate::config::{kv_bytes_per_token, KvDtype};
 use crate::core::{EngineCore, EngineStats};
+use crate::kv_events::{KvEventBatch, KvEventPublisher, KvEventReceiver};
 use crate::runner::{ModelRunner, RunnerConfig};
 use crate::{
     plan_states, ContextBound, EngineConfig, EngineError, GenerationRequest, RequestEvent,
@@ -36,6 +37,8 @@ enum Command {
     /// scheduler counts them as one group (its fairness unit).
     Submit(Vec<Submission>),
     Abort(ReqId),
+    /// Record KV-cache events from now on (a first subscriber arrived).
+    EnableKvEvents,
     Shutdown,
 }
 
@@ -85,6 +88,7 @@ pub struct EngineHandle {
     next_id: Arc<AtomicU64>,
     stats: Arc<Mutex<EngineStats>>,
     info: EngineInfo,
+    kv_events: tokio::sync::broadcast::Sender<Arc<KvEventBatch>>,
 }
 
 /// Owns the engine thread; dropping it stops the thread after in-flight work is abandoned.
@@ -158,6 +162,8 @@ impl Engine {
         let stats = Arc::new(Mutex::new(EngineStats::default()));
         let (tx, rx) = mpsc::channel();
         let thread_stats = Arc::clone(&stats);
+        let mut kv_events = KvEventPublisher::new();
+        let kv_events_tx = kv_events.sender();
         let thread = std::thread::Builder::new()
             .name("oxllm-engine".into())
             .spawn(move || {
@@ -168,7 +174,7 @@ impl Engine {
                     num_blocks,
                     thread_stats,
                 );
-                engine_loop(&mut core, &rx);
+                engine_loop(&mut core, &rx, &mut kv_events);
             })
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
         Ok(Engine {
@@ -177,6 +183,7 @@ impl Engine {
                 next_id: Arc::new(AtomicU64::new(1)),
                 stats,
                 info,
+                kv_events: kv_events_tx,
             },
             thread: Some(thread),
         })
@@ -205,7 +212,11 @@ impl Drop for Engine {
     }
 }
 
-fn engine_loop(core: &mut EngineCore<'_>, rx: &Receiver<Command>) {
+fn engine_loop(
+    core: &mut EngineCore<'_>,
+    rx: &Receiver<Command>,
+    kv_events: &mut KvEventPublisher,
+) {
     loop {
         // Block only when idle; otherwise take whatever arrived and step.
         if !core.has_work() {
@@ -238,6 +249,7 @@ fn engine_loop(core: &mut EngineCore<'_>, rx: &Receiver<Command>) {
         if core.has_work() {
             core.step();
         }
+        kv_events.publish(core.take_kv_events());
     }
 }
 
@@ -251,6 +263,7 @@ fn apply(core: &mut EngineCore<'_>, cmd: Command) -> bool {
             }
         }
         Command::Abort(id) => core.abort(id),
+        Command::EnableKvEvents => core.enable_kv_events(),
         Command::Shutdown => return false,
     }
     true
@@ -335,5 +348,16 @@ impl EngineHandle {
 
     pub fn abort(&self, id: ReqId) {
         let _ = self.tx.send(Command::Abort(id));
+    }
+
+    /// Subscribes to the engine's KV-cache events (`kv_events`), switching their recording on
+    /// for good at the first call. Every step whose events are recorded after this returns
+    /// (requests submitted later included) reaches the receiver, unless it falls more than
+    /// [`crate::KV_EVENT_BUFFER`] batches behind.
+    pub fn subscribe_kv_events(&self) -> KvEventReceiver {
+        let rx = self.kv_events.subscribe();
+        // Sent before any later submission, so the engine records before it admits them.
+        let _ = self.tx.send(Command::EnableKvEvents);
+        rx
     }
 }

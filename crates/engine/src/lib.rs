@@ -16,6 +16,7 @@ mod config;
 mod core;
 mod error;
 mod handle;
+mod kv_events;
 mod request;
 mod runner;
 mod states;
@@ -27,5 +28,6 @@ pub use config::{
 };
 pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};
+pub use kv_events::{BlockHash, KvEvent, KvEventBatch, KvEventReceiver, KV_EVENT_BUFFER};
 pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
 pub use states::{plan_states, StatePlan};

@@ -6,7 +6,10 @@
 //!
 //! - [`BlockPool`] owns the blocks: refcounts, the free list in eviction order, the hash map of
 //!   cached blocks (lazily evicted: a freed cached block stays findable until it is reused).
-//! - [`hash_block`] computes the chained, per-process seeded block hash.
+//! - [`hash_block`] computes the chained block hash, a fixed documented SHA-256 scheme that a
+//!   router can recompute (docs/DEPLOY.md).
+//! - [`KvEvent`]s (opt-in) record every change to the prefix-cache index, for routers that
+//!   mirror it.
 //! - [`KvCacheManager`] is what a scheduler talks to: prefix lookups, slot allocation, caching
 //!   newly full blocks, freeing a request's blocks.
 //!
@@ -21,6 +24,7 @@
 
 mod checkpoints;
 mod error;
+mod events;
 mod free_list;
 mod hash;
 mod manager;
@@ -31,6 +35,7 @@ mod state_slots;
 pub use checkpoints::{CheckpointStats, StateCheckpoints};
 
 pub use error::{InvariantViolation, KvError};
+pub use events::KvEvent;
 pub use hash::{hash_block, BlockHash};
 pub use manager::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
 pub use pool::{BlockPool, NULL_BLOCK};

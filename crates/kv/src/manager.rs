@@ -313,8 +313,8 @@ impl KvCacheManager {
         for i in entry.block_hashes.len()..num_full {
             let parent = i.checked_sub(1).map(|p| entry.block_hashes[p]);
             let chunk = &tokens[i * block_size..(i + 1) * block_size];
-            self.pool.register(entry.table[i], parent, chunk, extra)?;
-            entry.block_hashes.push(hash_block(parent, chunk, extra));
+            let (hash, _) = self.pool.register(entry.table[i], parent, chunk, extra)?;
+            entry.block_hashes.push(hash);
         }
         self.debug_check();
         Ok(())
@@ -347,6 +347,16 @@ impl KvCacheManager {
         let dropped = self.pool.reset_prefix_cache();
         self.debug_check();
         dropped
+    }
+
+    /// Starts recording KV-cache events (see [`crate::KvEvent`]); off by default.
+    pub fn enable_events(&mut self) {
+        self.pool.enable_events();
+    }
+
+    /// The KV-cache events since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<crate::KvEvent> {
+        self.pool.take_events()
     }
 
     fn debug_check(&self) {

@@ -10,13 +10,15 @@
 //! - the hash map only points to blocks whose stored key (parent hash, tokens, extra) hashes to
 //!   the entry's hash, and a lookup compares the stored key with the query, so a hash collision is
 //!   a miss, never a wrong hit;
-//! - every public method that can fail checks its input first and changes nothing on error.
+//! - every public method that can fail checks its input first and changes nothing on error;
+//! - with events on, every change to the hash index is recorded as a [`KvEvent`], in order.
 
 use std::collections::HashMap;
 
 use oxllm_core::{BlockId, TokenId};
 
 use crate::error::{InvariantViolation, KvError};
+use crate::events::{EventLog, KvEvent};
 use crate::free_list::FreeList;
 use crate::hash::{hash_block, BlockHash};
 
@@ -45,6 +47,7 @@ pub struct BlockPool {
     blocks: Vec<BlockState>,
     free: FreeList,
     cached: HashMap<BlockHash, BlockId>,
+    events: EventLog,
 }
 
 impl BlockPool {
@@ -73,6 +76,7 @@ impl BlockPool {
             blocks: vec![BlockState::default(); num_blocks],
             free,
             cached: HashMap::new(),
+            events: EventLog::default(),
         })
     }
 
@@ -152,6 +156,7 @@ impl BlockPool {
                 // Lazy eviction happens here, when the block's slots are about to be overwritten.
                 if self.cached.get(&key.hash) == Some(&id) {
                     self.cached.remove(&key.hash);
+                    self.events.removed(key.hash);
                 }
             }
             block.ref_count = 1;
@@ -201,16 +206,17 @@ impl BlockPool {
         Ok(())
     }
 
-    /// Makes the referenced block `id` findable as (`parent`, `tokens`, `extra`). Returns
-    /// Ok(false), changing nothing, if the block is already cached or another block already holds
-    /// this hash (two requests computed the same block; the first stays the shared one).
+    /// Makes the referenced block `id` findable as (`parent`, `tokens`, `extra`) and returns
+    /// its hash, and whether it was registered: false, changing nothing, if the block is already
+    /// cached or another block already holds this hash (two requests computed the same block;
+    /// the first stays the shared one).
     pub fn register(
         &mut self,
         id: BlockId,
         parent: Option<BlockHash>,
         tokens: &[TokenId],
         extra: Option<u64>,
-    ) -> Result<bool, KvError> {
+    ) -> Result<(BlockHash, bool), KvError> {
         let block = self.usable(id)?;
         if block.ref_count == 0 {
             return Err(KvError::NotReferenced(id));
@@ -223,7 +229,7 @@ impl BlockPool {
         }
         let hash = hash_block(parent, tokens, extra);
         if block.cached.is_some() || self.cached.contains_key(&hash) {
-            return Ok(false);
+            return Ok((hash, false));
         }
         self.blocks[id as usize].cached = Some(CachedKey {
             hash,
@@ -232,7 +238,8 @@ impl BlockPool {
             extra,
         });
         self.cached.insert(hash, id);
-        Ok(true)
+        self.events.stored(hash, parent, tokens, extra);
+        Ok((hash, true))
     }
 
     /// Forgets every cached identity (blocks in use keep their contents and refcounts).
@@ -243,7 +250,23 @@ impl BlockPool {
         for block in &mut self.blocks {
             block.cached = None;
         }
+        self.events.cleared();
         dropped
+    }
+
+    /// Starts recording [`KvEvent`]s (from now on; the index's current entries are not
+    /// replayed).
+    pub fn enable_events(&mut self) {
+        self.events.enable();
+    }
+
+    pub fn events_enabled(&self) -> bool {
+        self.events.is_enabled()
+    }
+
+    /// The events recorded since the last call, oldest first (empty while recording is off).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.take()
     }
 
     fn usable(&self, id: BlockId) -> Result<&BlockState, KvError> {
@@ -329,7 +352,7 @@ mod tests {
         let mut pool = BlockPool::new(3, 2).unwrap();
         let ids = pool.allocate(2).unwrap();
         let hash = hash_block(None, &[7, 8], None);
-        assert!(pool.register(ids[0], None, &[7, 8], None).unwrap());
+        assert!(pool.register(ids[0], None, &[7, 8], None).unwrap().1);
         pool.release(&[ids[1], ids[0]]).unwrap();
         assert_eq!(pool.lookup(hash, None, &[7, 8], None), Some(ids[0]));
         // A hit revives the block from the middle... here the tail of the free list.

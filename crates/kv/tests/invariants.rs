@@ -1,10 +1,11 @@
 //! Property tests: random add / step / abort / finish sequences over a small pool, with prompts
-//! sharing prefixes, keep every KV invariant after every operation.
+//! sharing prefixes, keep every KV invariant after every operation, and the KV-cache events
+//! replayed by a mirror (as a router would) always give exactly the pool's cached hashes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use oxllm_core::{ReqId, TokenId};
-use oxllm_kv::{ComputedBlocks, KvCacheManager};
+use oxllm_kv::{hash_block, BlockHash, ComputedBlocks, KvCacheManager, KvEvent};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -77,6 +78,46 @@ fn check(kv: &KvCacheManager, live: &mut BTreeMap<ReqId, Live>) -> Result<(), Te
     Ok(())
 }
 
+/// Applies the events since the last call to `mirror`, checking each stored chain's hashes
+/// against a recomputation from its parent and tokens, then compares with the pool's index.
+fn replay_events(
+    kv: &mut KvCacheManager,
+    mirror: &mut BTreeSet<BlockHash>,
+) -> Result<(), TestCaseError> {
+    for event in kv.take_events() {
+        match event {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                extra,
+            } => {
+                prop_assert_eq!(block_size, kv.block_size());
+                prop_assert_eq!(token_ids.len(), block_hashes.len() * block_size);
+                let mut parent = parent_block_hash;
+                for (hash, chunk) in block_hashes.iter().zip(token_ids.chunks_exact(block_size)) {
+                    prop_assert_eq!(*hash, hash_block(parent, chunk, extra));
+                    prop_assert!(mirror.insert(*hash), "stored twice: {}", hash);
+                    parent = Some(*hash);
+                }
+            }
+            KvEvent::BlockRemoved { block_hashes } => {
+                for hash in block_hashes {
+                    prop_assert!(mirror.remove(&hash), "removed unknown {}", hash);
+                }
+            }
+            KvEvent::AllBlocksCleared => mirror.clear(),
+        }
+    }
+    let pool = kv.pool();
+    let cached: BTreeSet<BlockHash> = (1..pool.num_blocks() as u32)
+        .filter_map(|id| pool.cached_hash(id))
+        .collect();
+    prop_assert_eq!(&cached, mirror);
+    Ok(())
+}
+
 fn run(
     num_blocks: usize,
     block_size: usize,
@@ -84,6 +125,8 @@ fn run(
     ops: Vec<Op>,
 ) -> Result<(), TestCaseError> {
     let mut kv = KvCacheManager::new(num_blocks, block_size, caching).unwrap();
+    kv.enable_events();
+    let mut mirror = BTreeSet::new();
     let mut live: BTreeMap<ReqId, Live> = BTreeMap::new();
     let mut next_id: ReqId = 0;
     for op in ops {
@@ -176,6 +219,7 @@ fn run(
             }
         }
         check(&kv, &mut live)?;
+        replay_events(&mut kv, &mut mirror)?;
     }
     for id in live.keys() {
         kv.free(*id);

@@ -418,6 +418,16 @@ impl Scheduler {
         self.kv.reset_prefix_cache()
     }
 
+    /// Starts recording KV-cache events (`oxllm_kv::KvEvent`) for routers; off by default.
+    pub fn enable_kv_events(&mut self) {
+        self.kv.enable_events();
+    }
+
+    /// The KV-cache events since the last call, oldest first (empty while recording is off).
+    pub fn take_kv_events(&mut self) -> Vec<oxllm_kv::KvEvent> {
+        self.kv.take_events()
+    }
+
     pub(crate) fn debug_check(&self) {
         #[cfg(debug_assertions)]
         if let Err(e) = self.check_invariants() {

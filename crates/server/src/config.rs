@@ -30,6 +30,8 @@ pub struct ServerConfig {
     /// `--tool-call-parser`: the tool-call format (`hermes`, `generic`); `None` follows the
     /// chat template.
     pub tool_call_parser: Option<crate::tools::ToolFormat>,
+    /// `--kv-events`: serve the engine's KV-cache events on `GET /v1/kv_events`.
+    pub kv_events: bool,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +48,7 @@ impl Default for ServerConfig {
             special_tokens_in_content: false,
             header_read_timeout: Duration::from_secs(15),
             tool_call_parser: None,
+            kv_events: false,
         }
     }
 }

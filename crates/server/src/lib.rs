@@ -1,7 +1,8 @@
 //! oxllm's OpenAI-compatible HTTP server (axum + tokio) over the engine's client API.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (whole or SSE-streamed),
-//! `GET /v1/models`, `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`, and
+//! `GET /v1/models`, `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`,
+//! `GET /v1/kv_events` (KV-cache events for prefix-aware routers, with `--kv-events`), and
 //! a chat page at `GET /` (static files in the binary, over the same streaming API).
 //! A request is parsed ([`json`], [`protocol`]), checked ([`params`]), templated and tokenized
 //! on the blocking pool ([`prompt`]), admitted ([`admission`]), submitted as `n` engine

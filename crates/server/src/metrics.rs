@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) prompt_tokens: u64,
     pub(crate) generation_tokens: u64,
     pub(crate) ttft: Histogram,
+    /// KV-cache event batches subscribers of `/v1/kv_events` fell too far behind to get.
+    kv_events_dropped: u64,
     tpot: Histogram,
     /// Every gap between two generated tokens (vLLM's `time_per_output_token`).
     pub(crate) inter_token: Histogram,
@@ -97,6 +99,7 @@ impl Default for Metrics {
                 prompt_tokens: 0,
                 generation_tokens: 0,
                 ttft: Histogram::new(LATENCY_BUCKETS),
+                kv_events_dropped: 0,
                 tpot: Histogram::new(TPOT_BUCKETS),
                 inter_token: Histogram::new(TPOT_BUCKETS),
                 e2e: Histogram::new(LATENCY_BUCKETS),
@@ -123,6 +126,11 @@ impl Metrics {
             Err(poisoned) => poisoned.into_inner(),
         };
         f(&mut g)
+    }
+
+    /// `n` KV-cache event batches a `/v1/kv_events` subscriber missed (it fell behind).
+    pub fn observe_kv_events_dropped(&self, n: u64) {
+        self.with(|m| m.kv_events_dropped += n);
     }
 
     /// One HTTP response on `endpoint` (a fixed route name) with `status`.
@@ -207,6 +215,12 @@ impl Metrics {
                 &mut out,
                 "oxllm_e2e_request_latency_seconds",
                 "Time from submission to the last token.",
+            );
+            counter(
+                &mut out,
+                "oxllm_kv_events_dropped_total",
+                "KV-cache event batches /v1/kv_events subscribers missed by falling behind.",
+                m.kv_events_dropped,
             );
         });
         gauge(

@@ -4,4 +4,5 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod kv_events;
 pub mod tokenize;

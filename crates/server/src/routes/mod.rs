@@ -5,6 +5,7 @@
 mod chat;
 mod completions;
 mod info;
+mod kv_events;
 mod page;
 mod tokenize;
 
@@ -30,6 +31,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/v1/kv_events", get(kv_events::kv_events))
         .route("/", get(page::chat_page))
         .route("/chat.js", get(page::chat_script))
         .fallback(not_found)
@@ -73,6 +75,7 @@ fn endpoint(path: &str) -> &'static str {
         "/metrics" => "metrics",
         "/tokenize" => "tokenize",
         "/detokenize" => "detokenize",
+        "/v1/kv_events" => "kv_events",
         "/" | "/chat.js" => "chat_page",
         _ => "other",
     }
