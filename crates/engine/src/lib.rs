@@ -5,9 +5,10 @@
 //! paged KV cache, and spawns the engine thread. `EngineHandle::submit` validates a request,
 //! sends it to the thread and returns a `RequestStream` of token/text deltas ending with a
 //! finish reason. Dropping the stream (or calling `abort`) frees the request's blocks at the next
-//! step. One step = schedule (one token budget over running then waiting requests) → build the
-//! flat batch → forward → sample each request's row with its own seeded sampler → update the
-//! scheduler → detokenize, cut stop strings, send.
+//! step. One step is three phases with values between them: plan (schedule one token budget
+//! over running then waiting requests, fill token masks) → run (build the flat batch, forward,
+//! sample each request's row with its own seeded sampler) → deliver (update the scheduler,
+//! detokenize, cut stop strings, send).
 
 #![forbid(unsafe_code)]
 
