@@ -84,8 +84,9 @@ impl KvElem for f32 {
     #[inline(always)]
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             std::arch::x86_64::_mm256_loadu_ps(p)
         }
     }
@@ -93,8 +94,9 @@ impl KvElem for f32 {
     #[inline(always)]
     unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             std::arch::x86_64::_mm512_loadu_ps(p)
         }
     }
@@ -119,8 +121,9 @@ impl KvElem for half::f16 {
     #[inline(always)]
     unsafe fn load8(p: *const half::f16) -> std::arch::x86_64::__m256 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             use std::arch::x86_64::*;
             _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
         }
@@ -129,8 +132,9 @@ impl KvElem for half::f16 {
     #[inline(always)]
     unsafe fn load16(p: *const half::f16) -> std::arch::x86_64::__m512 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             use std::arch::x86_64::*;
             _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
         }

@@ -164,8 +164,9 @@ mod avx512 {
         acts: [&[u8]; R],
     ) -> ([f32; R], [f32; R]) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut total = [_mm512_setzero_ps(); R];
             let (p0, p1) = (w0.as_ptr(), w1.as_ptr());
             let ap = acts.map(|a| a.as_ptr() as *const f32);
@@ -248,8 +249,9 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q8_0_rows_n<const R: usize>(n: usize, w: &[u8], acts: [&[u8]; R]) -> [f32; R] {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut total = [_mm256_setzero_ps(); R];
             let wp = w.as_ptr();
             let ap = acts.map(|a| a.as_ptr() as *const f32);
@@ -281,8 +283,9 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn hsum_pub(total: __m256) -> f32 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             hsum(total)
         }
     }
@@ -299,8 +302,9 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q8_0_impl(n: usize, w: &[u8], a: &[u8]) -> f32 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut total = _mm256_setzero_ps();
             let wp = w.as_ptr();
             let ap = a.as_ptr() as *const f32;

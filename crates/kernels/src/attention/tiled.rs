@@ -264,8 +264,9 @@ impl<E: KvElem> Tile<'_, E> {
         wide: &mut [f32],
     ) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let (nq, hd) = (self.nq, self.head_dim);
             let gs = nq / self.groups;
             let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
@@ -397,8 +398,9 @@ impl<E: KvElem> Tile<'_, E> {
     #[inline(always)]
     unsafe fn prefetch_ahead(&self, p: usize, g: usize, values: bool) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let ctx = self.offs.len();
             let ahead = p + KB;
             let (cache, q) = match (values, ahead < ctx) {
@@ -432,8 +434,9 @@ impl<E: KvElem> Tile<'_, E> {
         wide: &mut [f32],
     ) -> impl Fn(usize) -> *const f32 + '_ {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let rw = self.groups * self.head_dim;
             if !E::IS_F32 {
                 for p in p0..p1 {
@@ -485,8 +488,9 @@ unsafe fn scores_direct<E: KvElem>(
     (row0, stride): (*mut f32, usize),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let hd = t.head_dim;
         let n = qs.len();
         let mut p = p0;
@@ -544,8 +548,9 @@ unsafe fn values_direct<E: KvElem>(
     (w0, stride): (*const f32, usize),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         const NC: usize = 4;
         let hd = t.head_dim;
         let n = outs.len();
@@ -611,8 +616,9 @@ unsafe fn axpy<const NC: usize>(
     row: impl Fn(usize) -> *const f32,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.add(8 * c)));
         for p in p0..pe {
             let wv = _mm256_set1_ps(*w.add(p));
@@ -639,8 +645,9 @@ unsafe fn axpy2<const NC: usize>(
     row: impl Fn(usize) -> *const f32,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut a0: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.0.add(8 * c)));
         let mut a1: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.1.add(8 * c)));
         for p in p0..pe {
@@ -670,8 +677,9 @@ unsafe fn dot4x2(
     hd: usize,
 ) -> ([f32; 4], [f32; 4]) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut a0 = [_mm256_setzero_ps(); 4];
         let mut a1 = [_mm256_setzero_ps(); 4];
         let mut d = 0;
@@ -693,8 +701,9 @@ unsafe fn dot4x2(
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn reduce4(acc: [__m256; 4]) -> [f32; 4] {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let h01 = _mm256_hadd_ps(acc[0], acc[1]);
         let h23 = _mm256_hadd_ps(acc[2], acc[3]);
         let h = _mm256_hadd_ps(h01, h23);
@@ -711,8 +720,9 @@ unsafe fn reduce4(acc: [__m256; 4]) -> [f32; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot4(q: *const f32, k: [*const f32; 4], hd: usize) -> [f32; 4] {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut d = 0;
         while d < hd {

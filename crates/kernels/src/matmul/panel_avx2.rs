@@ -39,8 +39,9 @@ pub(crate) const CALL_ROWS: usize = 4;
 #[inline(always)]
 unsafe fn lane_mask(bits: u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let pick = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
         _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits as i32), pick), pick)
     }
@@ -70,8 +71,9 @@ pub(crate) unsafe fn panel_half<
     (col, bits): (usize, u8),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); C];
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
@@ -146,8 +148,9 @@ pub(crate) unsafe fn wide_half<const C: usize>(
     (col, bits): (usize, u8),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); C];
         for b in 0..nb {
             let r = panel.add(b * rec);
@@ -175,8 +178,9 @@ pub(crate) unsafe fn wide_half<const C: usize>(
 #[inline(always)]
 unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: &[__m256; C]) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         if bits == u8::MAX {
             for (o, a) in out.iter().zip(acc) {
                 _mm256_storeu_ps(o.add(col), *a);

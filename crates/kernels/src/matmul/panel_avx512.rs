@@ -72,8 +72,9 @@ pub(crate) unsafe fn panel_pair<
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [[_mm512_setzero_ps(); C]; 2];
         let low = _mm512_set1_epi8(0x0F);
         for b in 0..nb {
@@ -177,8 +178,9 @@ pub(crate) unsafe fn wide_pair<const C: usize>(
     (cols, masks): ([usize; 2], [u16; 2]),
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [[_mm512_setzero_ps(); C]; 2];
         for b in 0..nb {
             let (r0, r1) = (panels[0].add(b * rec), panels[1].add(b * rec));
@@ -242,8 +244,9 @@ fn ask_for(pair: [*const u8; 2], at: usize, len: usize) {
 #[target_feature(enable = "avx512f,avx512vnni")]
 unsafe fn dpwssd_reg(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = acc;
         std::arch::asm!(
             "vpdpwssd {acc}, {w}, {x}",

@@ -133,8 +133,9 @@ unsafe fn tile<const MIN: bool, const NIB: bool, const BIAS: bool>(
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         for_each_call(p, wi, c0, rows, |at, rest| match rest {
             1 => pair::<1, MIN, NIB, BIAS>(p, at, out),
             2 => pair::<2, MIN, NIB, BIAS>(p, at, out),
@@ -234,8 +235,9 @@ unsafe fn pair<const C: usize, const MIN: bool, const NIB: bool, const BIAS: boo
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let ch = chunk_at::<C>(p, c0, r0, out);
         let rec = p.f.record_bytes();
         panel_pair::<C, MIN, NIB, BIAS>(p.nb, rec, p.f.scale_bytes(), [panels, ahead], &ch, cols);
@@ -262,8 +264,9 @@ fn lanes(n: usize, j: usize) -> (usize, u16) {
 /// As [`tile`].
 unsafe fn tile_wide(p: &PanelPlan<'_>, wi: usize, c0: usize, rows: usize, out: &SharedMut<f32>) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         for_each_call(p, wi, c0, rows, |at, rest| match rest {
             1 => chunk_wide::<1>(p, at, out),
             2 => chunk_wide::<2>(p, at, out),
@@ -285,8 +288,9 @@ unsafe fn chunk_wide<const C: usize>(
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let ch = wide_chunk_at::<C>(p, c0, r0, out);
         wide_pair::<C>(p.nb, p.f.record_bytes(), [panels, ahead], &ch, cols);
     }
@@ -370,8 +374,9 @@ unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         for_each_half(p, wi, c0, rows, |at, rest| match rest {
             1 => half::<1, MIN, NIB, BIAS>(p, at, out),
             2 => half::<2, MIN, NIB, BIAS>(p, at, out),
@@ -389,8 +394,9 @@ unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: boo
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let ch = chunk_at::<C>(p, c0, r0, out);
         let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
         panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, (panel, h, ahead), &ch, dst);
@@ -409,8 +415,9 @@ unsafe fn tile_wide_avx2(
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         for_each_half(p, wi, c0, rows, |at, rest| match rest {
             1 => half_wide::<1>(p, at, out),
             2 => half_wide::<2>(p, at, out),
@@ -428,8 +435,9 @@ unsafe fn half_wide<const C: usize>(
     out: &SharedMut<f32>,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let ch = wide_chunk_at::<C>(p, c0, r0, out);
         wide_half::<C>(p.nb, p.f.record_bytes(), (panel, h, ahead), &ch, dst);
     }

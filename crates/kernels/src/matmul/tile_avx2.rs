@@ -46,8 +46,9 @@ pub(crate) trait Format {
     /// it).
     unsafe fn w_prep_unsigned(p: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             Self::w_prep(p)
         }
     }
@@ -59,8 +60,9 @@ pub(crate) trait Format {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_at(p: *const u8) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let bits = u16::from_le_bytes([*p, *p.add(1)]) as i32;
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
     }
@@ -70,8 +72,9 @@ unsafe fn f16_at(p: *const u8) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let lo = _mm_loadu_si128(p.cast());
         let hi = _mm_srli_epi16::<4>(lo);
         _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
@@ -83,8 +86,9 @@ pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn idot_signed(x: __m256i, y: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let y = _mm256_loadu_si256(y.cast());
         let ax = _mm256_sign_epi8(x, x);
         let sy = _mm256_sign_epi8(y, x);
@@ -104,8 +108,9 @@ impl Format for Q4_1Q8_1 {
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let bits = u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]) as i32;
             let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
             (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
@@ -114,16 +119,18 @@ impl Format for Q4_1Q8_1 {
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             nibbles(p.add(4))
         }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let y = _mm256_loadu_si256(a_qs.cast());
             _mm256_madd_epi16(_mm256_maddubs_epi16(wq, y), _mm256_set1_epi16(1))
         }
@@ -138,24 +145,27 @@ impl Format for Q4_0Q8_0 {
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             (f16_at(p), 0.0)
         }
     }
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
         }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             idot_signed(wq, a_qs)
         }
     }
@@ -169,24 +179,27 @@ impl Format for Q8_0Q8_0 {
     #[inline(always)]
     unsafe fn w_scales(p: *const u8) -> (f32, f32) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             (f16_at(p), 0.0)
         }
     }
     #[inline(always)]
     unsafe fn w_prep(p: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             _mm256_loadu_si256(p.add(2).cast())
         }
     }
     #[inline(always)]
     unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             idot_signed(wq, a_qs)
         }
     }
@@ -203,8 +216,9 @@ pub(crate) struct Q8_0Q8_0Vnni;
 #[inline(always)]
 unsafe fn idot_vnni_unsigned(x: __m256i, y: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
     }
 }
@@ -213,8 +227,9 @@ unsafe fn idot_vnni_unsigned(x: __m256i, y: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn idot_vnni_signed(x: __m256i, y: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let y = _mm256_loadu_si256(y.cast());
         let ax = _mm256_sign_epi8(x, x);
         let sy = _mm256_sign_epi8(y, x);
@@ -233,24 +248,27 @@ macro_rules! vnni_format {
             #[inline(always)]
             unsafe fn w_scales(p: *const u8) -> (f32, f32) {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $base::w_scales(p)
                 }
             }
             #[inline(always)]
             unsafe fn w_prep(p: *const u8) -> __m256i {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $base::w_prep(p)
                 }
             }
             #[inline(always)]
             unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $idot(wq, a_qs)
                 }
             }
@@ -280,8 +298,9 @@ pub(crate) unsafe fn act_scales<F: Format>(
     asum: &mut [f32],
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         assert!(ad.len() >= nb * CH && asum.len() >= nb * CH && rows.len() <= CH);
         for (c, &row) in rows.iter().enumerate() {
             for b in 0..nb {
@@ -306,8 +325,9 @@ macro_rules! row_chunk_fn {
     asum: *const f32,
     out: &mut [f32; C],
 ) { unsafe {
-    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+    // SAFETY: every operation below relies only on this fn's contract
+    // (the CPU features it is compiled for; pointers and lengths inside
+    // the buffers it is given), which its caller upholds.
     let mut acc = [_mm256_setzero_ps(); C];
     let mut accm = _mm256_setzero_ps();
     for b in 0..nb {

@@ -32,8 +32,9 @@ pub(crate) struct Q8_0Q8_0Vnni512;
 #[inline(always)]
 unsafe fn idot_unsigned(x: __m256i, y: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, _mm256_loadu_si256(y.cast()))
     }
 }
@@ -43,8 +44,9 @@ unsafe fn idot_unsigned(x: __m256i, y: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn idot_signed(x: __m256i, y: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let y = _mm256_loadu_si256(y.cast());
         let ax = _mm256_sign_epi8(x, x);
         let sy = _mm256_sign_epi8(y, x);
@@ -64,32 +66,36 @@ macro_rules! vnni512_format {
             #[inline(always)]
             unsafe fn w_prep_unsigned(p: *const u8) -> __m256i {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $unsigned(p)
                 }
             }
             #[inline(always)]
             unsafe fn w_scales(p: *const u8) -> (f32, f32) {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $base::w_scales(p)
                 }
             }
             #[inline(always)]
             unsafe fn w_prep(p: *const u8) -> __m256i {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $base::w_prep(p)
                 }
             }
             #[inline(always)]
             unsafe fn idot(wq: __m256i, a_qs: *const u8) -> __m256i {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     $idot(wq, a_qs)
                 }
             }
@@ -102,24 +108,27 @@ macro_rules! vnni512_format {
 #[inline(always)]
 unsafe fn q4_1_unsigned(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         nibbles(p.add(4))
     }
 }
 #[inline(always)]
 unsafe fn q4_0_unsigned(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         nibbles(p.add(2))
     }
 }
 #[inline(always)]
 unsafe fn q8_0_unsigned(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), _mm256_set1_epi8(-128))
     }
 }
@@ -158,8 +167,9 @@ pub(crate) unsafe fn act_bias_correction<F: Format>(
     corr: &mut [i32],
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         assert!(corr.len() >= nb * CH * 8 && rows.len() <= CH);
         for (c, &row) in rows.iter().enumerate() {
             for b in 0..nb {
@@ -196,8 +206,9 @@ pub(crate) unsafe fn row_pair_chunk_vnni512<F: Format, const C: usize>(
     out1: &mut [f32; C],
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm512_setzero_ps(); C];
         let mut accm0 = _mm256_setzero_ps();
         let mut accm1 = _mm256_setzero_ps();

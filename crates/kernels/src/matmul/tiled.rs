@@ -190,8 +190,9 @@ fn tiled_plan<'a, F: tile_avx2::Format>(
 #[cfg(target_arch = "x86_64")]
 unsafe fn tiled_tile<F: tile_avx2::Format>(p: &TiledPlan<'_>, t: usize, out: &SharedMut<f32>) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         use tile_avx2::CH;
         let (w, acts, nb, wt, at) = (p.w, p.acts, p.nb, p.wt, p.at);
         let (m, n) = (acts.rows, w.rows);
@@ -271,8 +272,9 @@ unsafe fn pair<F: tile_avx2::Format, const C: usize>(
     j: usize,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
         let (mut o0, mut o1) = ([0f32; C], [0f32; C]);
         tile_avx512::row_pair_chunk_vnni512::<F, C>(nb, wp, &a, ad, asum, corr, &mut o0, &mut o1);
@@ -301,8 +303,9 @@ unsafe fn chunk<F: tile_avx2::Format, const C: usize>(
     j: usize,
 ) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let a: [*const u8; C] = std::array::from_fn(|c| rows[c]);
         let mut o = [0f32; C];
         if F::VNNI512 {

@@ -37,13 +37,15 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             #[inline(always)]
             unsafe fn f(g: __m256, u: __m256) -> __m256 {
                 unsafe {
-                    // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                    // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                    // SAFETY: every operation below relies only on this fn's contract
+                    // (the CPU features it is compiled for; pointers and lengths inside
+                    // the buffers it is given), which its caller upholds.
                     let neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
                     let den = _mm256_add_ps(_mm256_set1_ps(1.0), exp8(neg));
                     _mm256_mul_ps(_mm256_div_ps(g, den), u)

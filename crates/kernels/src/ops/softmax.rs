@@ -50,8 +50,9 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax(x: &mut [f32]) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let (body, tail) = x.split_at_mut(x.len() / 8 * 8);
             // The maximum does not depend on the order it is taken in.
             let mut m = _mm256_set1_ps(f32::NEG_INFINITY);

@@ -99,8 +99,9 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn exp_slice(x: &mut [f32]) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut chunks = x.chunks_exact_mut(8);
             for c in &mut chunks {
                 _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr())));
@@ -116,8 +117,9 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn load_partial(x: &[f32], fill: f32) -> __m256 {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut buf = [fill; 8];
             buf[..x.len()].copy_from_slice(x);
             _mm256_loadu_ps(buf.as_ptr())
@@ -129,8 +131,9 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn store_partial(x: &mut [f32], v: __m256) {
         unsafe {
-            // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-            // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
             let mut buf = [0f32; 8];
             _mm256_storeu_ps(buf.as_mut_ptr(), v);
             let n = x.len();

@@ -15,8 +15,9 @@ macro_rules! float_dot {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $inner(n: usize, w: &[u8], a: &[u8]) -> f32 {
             unsafe {
-                // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-                // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+                // SAFETY: every operation below relies only on this fn's contract
+                // (the CPU features it is compiled for; pointers and lengths inside
+                // the buffers it is given), which its caller upholds.
                 let (wp, ap) = (w.as_ptr(), a.as_ptr());
                 let mut acc = [_mm256_setzero_ps(); 4];
                 let mut i = 0;
@@ -49,8 +50,9 @@ macro_rules! float_dot {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_f32(p: *const u8) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_loadu_ps(p.cast())
     }
 }
@@ -59,8 +61,9 @@ unsafe fn load_f32(p: *const u8) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_f16(p: *const u8) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
     }
 }
@@ -69,8 +72,9 @@ unsafe fn load_f16(p: *const u8) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_bf16(p: *const u8) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let v = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
     }

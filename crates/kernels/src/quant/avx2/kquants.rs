@@ -35,8 +35,9 @@ fn unpack_scales(s: &[u8; 12]) -> [u8; 16] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn mins_dot(scm: &[u8; 16], y: &BlockQ8K) -> i32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
         let pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); // 8 x i32
         let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(scm.as_ptr().add(8).cast()));
@@ -48,8 +49,9 @@ unsafe fn mins_dot(scm: &[u8; 16], y: &BlockQ8K) -> i32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn ld(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_loadu_si256(p.cast())
     }
 }
@@ -57,8 +59,9 @@ unsafe fn ld(p: *const u8) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_inner(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = _mm256_setzero_ps();
         let mut accm = 0f32;
         let m4 = _mm256_set1_epi8(0x0F);
@@ -89,8 +92,9 @@ unsafe fn q4_k_inner(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_k_inner(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = _mm256_setzero_ps();
         let mut accm = 0f32;
         let m4 = _mm256_set1_epi8(0x0F);
@@ -128,8 +132,9 @@ unsafe fn q5_k_inner(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_inner(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = _mm256_setzero_ps();
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(0x30);

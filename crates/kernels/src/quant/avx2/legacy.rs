@@ -16,8 +16,9 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_block(x: &BlockQ4_0, yq: __m256i) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let q = _mm256_sub_epi8(nibbles_32(x.qs.as_ptr()), _mm256_set1_epi8(8));
         mul_sum_i8_pairs_ps(q, yq)
     }
@@ -27,8 +28,9 @@ unsafe fn q4_0_block(x: &BlockQ4_0, yq: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_block(x: &BlockQ4_1, yq: __m256i) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         mul_sum_us8_pairs_ps(nibbles_32(x.qs.as_ptr()), yq)
     }
 }
@@ -37,8 +39,9 @@ unsafe fn q4_1_block(x: &BlockQ4_1, yq: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_block(x: &BlockQ8_0, yq: __m256i) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         mul_sum_i8_pairs_ps(_mm256_loadu_si256(x.qs.as_ptr().cast()), yq)
     }
 }
@@ -47,8 +50,9 @@ unsafe fn q8_0_block(x: &BlockQ8_0, yq: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_q(qs: &[i8; QK]) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         _mm256_loadu_si256(qs.as_ptr().cast())
     }
 }
@@ -58,8 +62,9 @@ unsafe fn load_q(qs: &[i8; QK]) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_inner(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut wp = w.chunks_exact(2);
         let mut ap = a.chunks_exact(2);
@@ -80,8 +85,9 @@ unsafe fn q4_0_inner(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_inner(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         // Lane 1 accumulates m * s; lane 0 holds d * d of the current block.
         let mut accm = _mm_setzero_ps();
@@ -119,8 +125,9 @@ unsafe fn dm_prod(x: &BlockQ4_1, y: &BlockQ8_1) -> __m128 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_inner(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut wp = w.chunks_exact(2);
         let mut ap = a.chunks_exact(2);
@@ -155,8 +162,9 @@ macro_rules! rows4 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_x4_inner(w: [&[BlockQ4_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); 4];
         for (y, xs) in rows4!(a, w) {
             let yq = load_q(&y.qs);
@@ -177,8 +185,9 @@ unsafe fn q4_0_x4_inner(w: [&[BlockQ4_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_x4_inner(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> [f32; 4] {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut accm = [_mm_setzero_ps(); 4];
         for (y, xs) in rows4!(a, w) {
@@ -200,8 +209,9 @@ unsafe fn q4_1_x4_inner(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> [f32; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_x4_inner(w: [&[BlockQ8_0]; 4], a: &[BlockQ8_0]) -> [f32; 4] {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let mut acc = [_mm256_setzero_ps(); 4];
         for (y, xs) in rows4!(a, w) {
             let yq = load_q(&y.qs);

@@ -81,8 +81,9 @@ pub(crate) unsafe fn f16_one(a: [u8; 2]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn nibbles_32(p: *const u8) -> __m256i {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let lo = _mm_loadu_si128(p.cast());
         let hi = _mm_srli_epi16::<4>(lo);
         _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
@@ -101,8 +102,9 @@ pub(crate) unsafe fn sum_i16_pairs_ps(x: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn mul_sum_us8_pairs_ps(ax: __m256i, sy: __m256i) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         sum_i16_pairs_ps(_mm256_maddubs_epi16(ax, sy))
     }
 }
@@ -112,8 +114,9 @@ pub(crate) unsafe fn mul_sum_us8_pairs_ps(ax: __m256i, sy: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn mul_sum_i8_pairs_ps(x: __m256i, y: __m256i) -> __m256 {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         let ax = _mm256_sign_epi8(x, x);
         let sy = _mm256_sign_epi8(y, x);
         mul_sum_us8_pairs_ps(ax, sy)

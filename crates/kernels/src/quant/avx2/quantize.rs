@@ -46,8 +46,9 @@ pub(crate) fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> bool {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block(x: &[f32], qs: &mut [i8; QK]) -> (f32, i32) {
     unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
         debug_assert_eq!(x.len(), QK);
         let p = x.as_ptr();
         let v = [
