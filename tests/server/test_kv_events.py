@@ -7,8 +7,9 @@ BlockStored events whose block hashes it recomputes itself, here in Python with 
 the prompt's token ids (via /tokenize) and the scheme documented in docs/DEPLOY.md. Later prompts
 fill the pool, so the first prompt's blocks are evicted: BlockRemoved names each of them. A
 mirror replaying every event never sees a hash stored twice or an unknown one removed, and the
-batches' sequence numbers have no gap. The server without the flag answers 404; with it, an open
-subscription does not hold a SIGTERM drain up.
+batches' sequence numbers have no gap. A later subscriber's stream opens with a snapshot
+(AllBlocksCleared, then every cached block) that rebuilds the same set. The server without the
+flag answers 404; with it, open subscriptions do not hold a SIGTERM drain up.
 
 Prints one line per check and a closing 'N passed, N failed'; exits nonzero on any failure.
 """
@@ -60,6 +61,24 @@ def prompt_block_hashes(token_ids):
         parent = block_hash(parent, token_ids[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE])
         hashes.append(parent.hex())
     return hashes
+
+
+def replay(batches, mirror, problems):
+    """Applies batches to a router's mirror (a set of hex hashes), noting inconsistencies."""
+    for _, batch in batches:
+        for ev in batch["events"]:
+            if ev["type"] == "BlockStored":
+                for h in ev["block_hashes"]:
+                    if h in mirror:
+                        problems.append(f"stored twice {h}")
+                    mirror.add(h)
+            elif ev["type"] == "BlockRemoved":
+                for h in ev["block_hashes"]:
+                    if h not in mirror:
+                        problems.append(f"removed unknown {h}")
+                    mirror.discard(h)
+            elif ev["type"] == "AllBlocksCleared":
+                mirror.clear()
 
 
 def status_of(url):
@@ -203,25 +222,11 @@ def main():
             client.completions.create(model=MODEL, prompt=text, max_tokens=8, temperature=0)
         batches += sub.drain()
 
-        mirror, mirror_ok, problems = set(), True, []
+        mirror, problems = set(), []
+        replay(batches, mirror, problems)
+        mirror_ok = not problems
         seqs = [b.get("seq") for _, b in batches]
         ids = [i for i, _ in batches]
-        for _, batch in batches:
-            for ev in batch["events"]:
-                if ev["type"] == "BlockStored":
-                    for h in ev["block_hashes"]:
-                        if h in mirror:
-                            mirror_ok = False
-                            problems.append(f"stored twice {h}")
-                        mirror.add(h)
-                elif ev["type"] == "BlockRemoved":
-                    for h in ev["block_hashes"]:
-                        if h not in mirror:
-                            mirror_ok = False
-                            problems.append(f"removed unknown {h}")
-                        mirror.discard(h)
-                elif ev["type"] == "AllBlocksCleared":
-                    mirror.clear()
         removed = {h for _, b in batches for ev in b["events"] if ev["type"] == "BlockRemoved"
                    for h in ev["block_hashes"]}
         check("the mirror replays cleanly (no double store, no unknown removal)", mirror_ok, str(problems[:3]))
@@ -235,14 +240,27 @@ def main():
         check("no batch was dropped for this subscriber",
               re.search(r"^oxllm_kv_events_dropped_total 0$", metrics, re.M) is not None)
 
-        # 5. An open subscription ends when the server drains; it does not hold the exit up.
+        # 5. A new subscriber first gets a snapshot: AllBlocksCleared, then every cached block,
+        # which is exactly what the first subscriber's mirror holds (it gets the same batch).
+        late = Subscription(url)
+        snapshot = late.drain()
+        late_mirror, late_problems = set(), []
+        replay(snapshot, late_mirror, late_problems)
+        replay(sub.drain(), mirror, problems)
+        check("a new subscriber's stream opens with AllBlocksCleared",
+              bool(snapshot) and snapshot[0][1]["events"][0]["type"] == "AllBlocksCleared", str(snapshot[:1]))
+        check("the snapshot rebuilds the same set the first subscriber mirrors",
+              late_mirror == mirror and len(mirror) > 0 and not late_problems and not problems,
+              f"{len(late_mirror)} vs {len(mirror)}; {late_problems[:2]} {problems[:2]}")
+
+        # 6. An open subscription ends when the server drains; it does not hold the exit up.
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)
         elapsed = time.monotonic() - start
         check("SIGTERM with a subscriber open exits 0 well within the grace",
               rc == 0 and elapsed < 15, f"rc={rc} after {elapsed:.1f}s")
-        check("the event stream ended", sub.ended.wait(10))
+        check("the event streams ended", sub.ended.wait(10) and late.ended.wait(10))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -136,7 +136,7 @@ impl<'t> EngineCore<'t> {
         self.scheduler.has_work()
     }
 
-    /// Starts recording KV-cache events (idempotent).
+    /// Starts recording KV-cache events, with a snapshot of the cache first.
     pub fn enable_kv_events(&mut self) {
         self.scheduler.enable_kv_events();
     }

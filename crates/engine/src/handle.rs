@@ -37,7 +37,7 @@ enum Command {
     /// scheduler counts them as one group (its fairness unit).
     Submit(Vec<Submission>),
     Abort(ReqId),
-    /// Record KV-cache events from now on (a first subscriber arrived).
+    /// Record KV-cache events from now on, starting with a snapshot (a subscriber arrived).
     EnableKvEvents,
     Shutdown,
 }
@@ -351,8 +351,8 @@ impl EngineHandle {
     }
 
     /// Subscribes to the engine's KV-cache events (`kv_events`), switching their recording on
-    /// for good at the first call. Every step whose events are recorded after this returns
-    /// (requests submitted later included) reaches the receiver, unless it falls more than
+    /// for good at the first call. The receiver gets a snapshot batch of the cache, then every
+    /// step's events (requests submitted later included), unless it falls more than
     /// [`crate::KV_EVENT_BUFFER`] batches behind.
     pub fn subscribe_kv_events(&self) -> KvEventReceiver {
         let rx = self.kv_events.subscribe();

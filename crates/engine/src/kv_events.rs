@@ -3,7 +3,10 @@
 //!
 //! The engine records nothing until the first [`crate::EngineHandle::subscribe_kv_events`];
 //! from then on, after each step, the step's events (`oxllm_kv::KvEvent`, merged) go out as
-//! one [`KvEventBatch`] numbered by a sequence that grows by one per batch. The channel is a
+//! one [`KvEventBatch`] numbered by a sequence that grows by one per batch. Each subscription
+//! also makes the engine publish a snapshot batch (`AllBlocksCleared`, then every cached block
+//! as stored), so a new subscriber mirrors the whole cache and the others' mirrors stay as
+//! they were. The channel is a
 //! bounded broadcast ring ([`KV_EVENT_BUFFER`] batches): publishing never waits, a subscriber
 //! that falls behind loses the oldest batches (its receiver reports how many, and the sequence
 //! shows the gap), and with no subscriber the batch is dropped. So no consumer can slow or

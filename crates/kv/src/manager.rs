@@ -349,7 +349,9 @@ impl KvCacheManager {
         dropped
     }
 
-    /// Starts recording KV-cache events (see [`crate::KvEvent`]); off by default.
+    /// Starts recording KV-cache events (see [`crate::KvEvent`]; off by default) and records a
+    /// snapshot of what is cached now (`AllBlocksCleared`, then each cached block as stored), so
+    /// a consumer starting here mirrors the whole cache. Call it again for each new consumer.
     pub fn enable_events(&mut self) {
         self.pool.enable_events();
     }

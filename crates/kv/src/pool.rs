@@ -254,10 +254,37 @@ impl BlockPool {
         dropped
     }
 
-    /// Starts recording [`KvEvent`]s (from now on; the index's current entries are not
-    /// replayed).
+    /// Starts recording [`KvEvent`]s, if not yet, and records a snapshot of the index: an
+    /// `AllBlocksCleared`, then every cached block as stored, each after its parent when that is
+    /// cached too. A consumer that starts reading here (a new subscriber) thus builds the whole
+    /// index, and one that was already reading ends up with the same set.
     pub fn enable_events(&mut self) {
         self.events.enable();
+        self.events.cleared();
+        // Children of each cached hash (None: blocks whose parent is not cached), by block id
+        // so the snapshot's order does not depend on the hash map's.
+        let mut children: HashMap<Option<BlockHash>, Vec<BlockId>> = HashMap::new();
+        for &id in self.cached.values() {
+            if let Some(key) = &self.blocks[id as usize].cached {
+                let parent = key.parent.filter(|p| self.cached.contains_key(p));
+                children.entry(parent).or_default().push(id);
+            }
+        }
+        for ids in children.values_mut() {
+            ids.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        // Depth first, parents before children, so chains merge into few events.
+        let mut stack = children.remove(&None).unwrap_or_default();
+        while let Some(id) = stack.pop() {
+            let Some(key) = &self.blocks[id as usize].cached else {
+                continue;
+            };
+            self.events
+                .stored(key.hash, key.parent, &key.tokens, key.extra);
+            if let Some(kids) = children.remove(&Some(key.hash)) {
+                stack.extend(kids);
+            }
+        }
     }
 
     pub fn events_enabled(&self) -> bool {

@@ -3,7 +3,7 @@
 //! every router that recomputes hashes, so it must come with a new scheme version.
 
 use oxllm_core::TokenId;
-use oxllm_kv::{hash_block, BlockHash, KvCacheManager};
+use oxllm_kv::{hash_block, BlockHash, KvCacheManager, KvEvent};
 
 fn first_32() -> (Vec<TokenId>, Vec<TokenId>) {
     ((1..=16).collect(), (17..=32).collect())
@@ -53,7 +53,21 @@ fn the_cache_names_blocks_by_the_documented_hashes() {
         "the partial block is not cached"
     );
     let events = kv.take_events();
-    assert_eq!(events.len(), 1, "one chain, one event: {events:?}");
+    let stored = KvEvent::BlockStored {
+        block_hashes: vec![
+            kv.pool().cached_hash(table[0]).unwrap(),
+            kv.pool().cached_hash(table[1]).unwrap(),
+        ],
+        parent_block_hash: None,
+        token_ids: prompt[..32].to_vec(),
+        block_size: 16,
+        extra: None,
+    };
+    // Enabling records a snapshot of the (empty) cache first; then one chain, one event.
+    assert_eq!(events, [KvEvent::AllBlocksCleared, stored.clone()]);
+    // A later consumer's snapshot names the same blocks.
+    kv.enable_events();
+    assert_eq!(kv.take_events(), [KvEvent::AllBlocksCleared, stored]);
 }
 
 /// A rough per-block cost, printed for the record (run with `--nocapture`); the assertion is

@@ -27,6 +27,8 @@ enum Op {
         pick: usize,
     },
     ResetCache,
+    /// A new event consumer: the log records a snapshot of the cache.
+    Snapshot,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -38,6 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pick, chunk, sampled)| Op::Step { pick, chunk, sampled }),
         1 => any::<usize>().prop_map(|pick| Op::Abort { pick }),
         1 => Just(Op::ResetCache),
+        1 => Just(Op::Snapshot),
     ]
 }
 
@@ -216,6 +219,12 @@ fn run(
             }
             Op::ResetCache => {
                 kv.reset_prefix_cache();
+            }
+            Op::Snapshot => {
+                // A consumer starting here, from an empty mirror, must rebuild the whole index.
+                replay_events(&mut kv, &mut mirror)?;
+                kv.enable_events();
+                mirror = BTreeSet::from([BlockHash(u128::MAX)]);
             }
         }
         check(&kv, &mut live)?;

@@ -418,7 +418,8 @@ impl Scheduler {
         self.kv.reset_prefix_cache()
     }
 
-    /// Starts recording KV-cache events (`oxllm_kv::KvEvent`) for routers; off by default.
+    /// Starts recording KV-cache events (`oxllm_kv::KvEvent`) for routers (off by default),
+    /// beginning with a snapshot of the cache for a new consumer.
     pub fn enable_kv_events(&mut self) {
         self.kv.enable_events();
     }

@@ -1,7 +1,7 @@
 //! `GET /v1/kv_events` (with `--kv-events`): the engine's KV-cache events as server-sent
 //! events, one `data:` JSON batch per engine step that changed the prefix cache, its `id:` the
-//! batch's sequence number. A router subscribes per replica and mirrors which block hashes each
-//! one holds (docs/DEPLOY.md).
+//! batch's sequence number, starting with a snapshot of the cache. A router subscribes per
+//! replica and mirrors which block hashes each one holds (docs/DEPLOY.md).
 //!
 //! Guarantees: subscribing never slows the engine (a subscriber that falls behind misses the
 //! oldest batches, counted in `oxllm_kv_events_dropped_total`, and sees the jump in `seq`); the
