@@ -359,6 +359,75 @@ def unsupported_schema_features_are_400_naming_them():
         expect_400("structured_outputs.json", named, extra_body={"structured_outputs": {"json": schema}})
 
 
+WEATHER_TAG = {
+    "type": "structural_tag",
+    "structures": [
+        {"begin": "<function=get_weather>", "end": "</function>", "schema": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"], "additionalProperties": False}},
+        {"begin": "<function=get_time>", "end": "</function>", "schema": {
+            "type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}},
+            "required": ["zone"], "additionalProperties": False}},
+    ],
+    "triggers": ["<function="],
+}
+
+
+def tagged_calls(text):
+    """Every `<function=` in `text` must open one of WEATHER_TAG's structures; returns them."""
+    import re
+    calls = []
+    for at in [m.start() for m in re.finditer("<function=", text)]:
+        m = re.match(r"<function=(get_weather|get_time)>(.*?)</function>", text[at:], re.S)
+        assert m, ("a trigger not followed by a structure", text[at:])
+        schema = next(s["schema"] for s in WEATHER_TAG["structures"] if s["begin"] == f"<function={m.group(1)}>")
+        args = json.loads(m.group(2))
+        jsonschema.validate(args, schema)
+        calls.append((m.group(1), args))
+    return calls
+
+
+@test
+def structural_tag_constrains_what_follows_a_trigger():
+    ask = [{"role": "system", "content": "To call a tool, write <function=NAME>{JSON arguments}</function>. "
+                                         "Tools: get_weather(city), get_time(zone)."},
+           {"role": "user", "content": 'Repeat after me: <function=get_weather>{"city": "Paris"}</function>'}]
+    found = []
+    for form in ["structured_outputs", "response_format"]:
+        for tag in [WEATHER_TAG, json.dumps(WEATHER_TAG)] if form == "structured_outputs" else [WEATHER_TAG]:
+            kw = dict(extra_body={"structured_outputs": {"structural_tag": tag}}) if form == "structured_outputs" \
+                else dict(response_format=tag)
+            r = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=48, temperature=0, **kw)
+            text = r.choices[0].message.content
+            found += tagged_calls(text)
+            # Streamed, the same text.
+            parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                model=MODEL, messages=ask, max_tokens=48, temperature=0, stream=True, **kw) if c.choices]
+            assert "".join(parts) == text, ("".join(parts), text)
+    assert found, "the model never wrote a trigger: the test shows nothing"
+    # A structure the tag does not allow: unconstrained, the model writes it; constrained, the
+    # trigger commits it to an allowed one.
+    news = [ask[0], {"role": "user", "content": 'Repeat after me: <function=get_news>{"topic": "Paris"}</function>'}]
+    free = client.chat.completions.create(model=MODEL, messages=news, max_tokens=48, temperature=0)
+    assert "<function=get_news>" in free.choices[0].message.content, free.choices[0].message
+    r = client.chat.completions.create(model=MODEL, messages=news, max_tokens=48, temperature=0,
+                                       extra_body={"structured_outputs": {"structural_tag": WEATHER_TAG}})
+    assert tagged_calls(r.choices[0].message.content), r.choices[0].message
+    # Free text without a trigger is left alone.
+    r = client.chat.completions.create(model=MODEL, messages=messages("Say hello."), max_tokens=12, temperature=0,
+                                       extra_body={"structured_outputs": {"structural_tag": WEATHER_TAG}})
+    free = client.chat.completions.create(model=MODEL, messages=messages("Say hello."), max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == free.choices[0].message.content, (r.choices[0].message, free.choices[0].message)
+    bad = dict(WEATHER_TAG, structures=[dict(WEATHER_TAG["structures"][0], begin="<tool>get_weather")])
+    expect_400("structured_outputs.structural_tag.structures[0].begin", "none of the triggers",
+               extra_body={"structured_outputs": {"structural_tag": bad}})
+    expect_400("structured_outputs.structural_tag.triggers", extra_body={"structured_outputs": {
+        "structural_tag": dict(WEATHER_TAG, triggers=[])}})
+    expect_400("structured_outputs.structural_tag.structures[1].schema", extra_body={"structured_outputs": {
+        "structural_tag": dict(WEATHER_TAG, structures=[WEATHER_TAG["structures"][0], dict(WEATHER_TAG["structures"][1], schema={"not": {}})])}})
+    expect_400("response_format.structures", response_format={"type": "structural_tag", "triggers": ["<f"]})
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -103,6 +103,21 @@ impl AppState {
 
     /// The grammar compiler of this model's vocabulary, or why structured outputs are
     /// unavailable. Builds it on first use: call it off the async runtime.
+    /// The model's chat template source ("" without one).
+    pub fn template_source(&self) -> String {
+        self.tokenizer()
+            .ok()
+            .and_then(|t| t.chat_template().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// How tool calls are written: `--tool-call-parser`, else what the template speaks.
+    pub fn tool_format(&self) -> crate::tools::ToolFormat {
+        self.config()
+            .tool_call_parser
+            .unwrap_or_else(|| crate::tools::ToolFormat::of_template(&self.template_source()))
+    }
+
     pub fn grammar_compiler(&self) -> Result<Arc<GrammarCompiler>, String> {
         self.0
             .grammar

@@ -1,12 +1,12 @@
 //! Structured-output request fields → one [`ConstraintSpec`], compiled at admission.
 //!
 //! Accepted, one at a time: OpenAI's `response_format` (`text`, `json_object`, `json_schema`
-//! with `{name, schema, strict}`), vLLM's `structured_outputs` (`json`, `regex`, `choice`,
-//! `grammar` (Lark), `json_object`) and its older `guided_json` / `guided_regex` /
+//! with `{name, schema, strict}`, and vLLM's `structural_tag`), vLLM's `structured_outputs`
+//! (`json`, `regex`, `choice`, `grammar` (Lark), `json_object`, `structural_tag`) and its older `guided_json` / `guided_regex` /
 //! `guided_choice` / `guided_grammar`. A spec that does not compile is a 400 whose `param`
 //! names the field it came from; it never runs unconstrained.
 
-use oxllm_structured::{Constraint, ConstraintSpec, StructuredError};
+use oxllm_structured::{Constraint, ConstraintSpec, StructuralTag, StructuredError, TagStructure};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -88,6 +88,7 @@ fn response_format(rf: &Value) -> Result<Option<Requested>, ApiError> {
     match obj.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(requested(ConstraintSpec::JsonObject, field))),
+        Some("structural_tag") => Ok(Some(requested(structural_tag(rf, field)?, field))),
         Some("json_schema") => {
             let js = obj
                 .get("json_schema")
@@ -122,7 +123,7 @@ fn response_format(rf: &Value) -> Result<Option<Requested>, ApiError> {
         other => Err(ApiError::invalid_param(
             "response_format.type",
             format!(
-                "`response_format.type` must be text, json_object or json_schema, got {}",
+                "`response_format.type` must be text, json_object, json_schema or structural_tag, got {}",
                 other.unwrap_or("(none)")
             ),
         )),
@@ -148,13 +149,14 @@ fn structured_outputs(so: &Value) -> Result<Option<Requested>, ApiError> {
             "regex" => ConstraintSpec::Regex(string_of(v, &field)?),
             "grammar" => ConstraintSpec::Lark(string_of(v, &field)?),
             "choice" => ConstraintSpec::Choice(strings_of(v, &field)?),
+            "structural_tag" => structural_tag(v, &field)?,
             // Options of the constraint, not constraints.
             "disable_any_whitespace" | "disable_fallback" | "disable_additional_properties"
             | "whitespace_pattern" => continue,
             _ => {
                 return Err(ApiError::invalid_param(
                     field,
-                    format!("unsupported structured output `{key}` (use json, json_object, regex, choice or grammar)"),
+                    format!("unsupported structured output `{key}` (use json, json_object, regex, choice, grammar or structural_tag)"),
                 ))
             }
         };
@@ -163,7 +165,7 @@ fn structured_outputs(so: &Value) -> Result<Option<Requested>, ApiError> {
     if found.len() > 1 {
         return Err(ApiError::invalid_param(
             "structured_outputs",
-            "`structured_outputs` must set exactly one of json, json_object, regex, choice, grammar",
+            "`structured_outputs` must set exactly one of json, json_object, regex, choice, grammar, structural_tag",
         ));
     }
     Ok(found.pop())
@@ -171,6 +173,10 @@ fn structured_outputs(so: &Value) -> Result<Option<Requested>, ApiError> {
 
 /// A schema given as an object (or boolean), or as a string holding one.
 fn schema_value(v: &Value, field: &str) -> Result<ConstraintSpec, ApiError> {
+    schema_json(v, field).map(ConstraintSpec::JsonSchema)
+}
+
+fn schema_json(v: &Value, field: &str) -> Result<Value, ApiError> {
     let schema = match v {
         Value::String(s) => serde_json::from_str::<Value>(s).map_err(|e| {
             ApiError::invalid_param(field, format!("the schema is not valid JSON: {e}"))
@@ -178,12 +184,80 @@ fn schema_value(v: &Value, field: &str) -> Result<ConstraintSpec, ApiError> {
         other => other.clone(),
     };
     match schema {
-        Value::Object(_) | Value::Bool(_) => Ok(ConstraintSpec::JsonSchema(schema)),
+        Value::Object(_) | Value::Bool(_) => Ok(schema),
         _ => Err(ApiError::invalid_param(
             field,
             "a JSON schema must be an object",
         )),
     }
+}
+
+/// vLLM's structural tag: `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`
+/// (also as a JSON string; a `type` key, as `response_format` carries, is ignored).
+fn structural_tag(v: &Value, field: &str) -> Result<ConstraintSpec, ApiError> {
+    let parsed;
+    let v = match v {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).map_err(|e| {
+                ApiError::invalid_param(field, format!("the structural tag is not valid JSON: {e}"))
+            })?;
+            &parsed
+        }
+        other => other,
+    };
+    let triggers = strings_of(
+        v.get("triggers").unwrap_or(&Value::Null),
+        &format!("{field}.triggers"),
+    )?;
+    if triggers.is_empty() || triggers.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param(
+            format!("{field}.triggers"),
+            "`triggers` must be a non-empty list of non-empty strings",
+        ));
+    }
+    let list = v
+        .get("structures")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            ApiError::invalid_param(
+                format!("{field}.structures"),
+                "`structures` must be a list of {begin, schema, end} objects",
+            )
+        })?;
+    let mut structures = Vec::with_capacity(list.len());
+    for (i, s) in list.iter().enumerate() {
+        let at = format!("{field}.structures[{i}]");
+        let text = |key: &str| {
+            s.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    ApiError::invalid_param(
+                        format!("{at}.{key}"),
+                        format!("`{key}` must be a string"),
+                    )
+                })
+        };
+        let (begin, end) = (text("begin")?, text("end")?);
+        if !triggers
+            .iter()
+            .any(|t| !t.is_empty() && begin.starts_with(t.as_str()))
+        {
+            return Err(ApiError::invalid_param(
+                format!("{at}.begin"),
+                format!("`begin` {begin:?} starts with none of the triggers"),
+            ));
+        }
+        let schema = match s.get("schema").or_else(|| s.get("parameters")) {
+            None => serde_json::json!({}),
+            Some(v) => schema_json(v, &format!("{at}.schema"))?,
+        };
+        structures.push(TagStructure { begin, schema, end });
+    }
+    Ok(ConstraintSpec::StructuralTag(StructuralTag {
+        triggers,
+        structures,
+    }))
 }
 
 fn string_of(v: &Value, field: &str) -> Result<String, ApiError> {
@@ -207,15 +281,29 @@ pub async fn compile(state: &AppState, req: Requested) -> Result<Constraint, Api
         let compiler = state.grammar_compiler().map_err(|m| {
             ApiError::invalid_param(req.field.clone(), m).with_code("structured_output_unavailable")
         })?;
-        compiler.compile(&req.spec).map_err(|e| match e {
-            StructuredError::Compile(m) => ApiError::invalid_param(
-                req.field.clone(),
-                format!("`{}` does not compile: {m}", req.field),
-            ),
-            other => ApiError::invalid_param(req.field.clone(), other.to_string()),
-        })
+        if let ConstraintSpec::StructuralTag(tag) = &req.spec {
+            // Each structure's schema alone first, so an error names the structure.
+            for (i, s) in tag.structures.iter().enumerate() {
+                let field = format!("{}.structures[{i}].schema", req.field);
+                compiler
+                    .compile(&ConstraintSpec::JsonSchema(s.schema.clone()))
+                    .map_err(|e| compile_error(&field, e))?;
+            }
+        }
+        compiler
+            .compile(&req.spec)
+            .map_err(|e| compile_error(&req.field, e))
     })
     .await
+}
+
+fn compile_error(field: &str, e: StructuredError) -> ApiError {
+    match e {
+        StructuredError::Compile(m) => {
+            ApiError::invalid_param(field, format!("`{field}` does not compile: {m}"))
+        }
+        other => ApiError::invalid_param(field, other.to_string()),
+    }
 }
 
 /// Checks that `req` compiles where this model can constrain at all (tool parameter schemas

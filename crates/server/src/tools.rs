@@ -14,7 +14,7 @@
 //!
 //! The format follows the template unless `--tool-call-parser` names one.
 
-use oxllm_structured::ConstraintSpec;
+use oxllm_structured::{with_compact_json, ConstraintSpec};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
@@ -246,6 +246,7 @@ impl ToolPlan {
                 "additionalProperties": false,
             })),
             ToolFormat::Hermes => {
+                let call = with_compact_json(call);
                 let one = format!("\"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"");
                 let more = if self.parallel { "(\"\\n\" call)*" } else { "" };
                 ConstraintSpec::Lark(format!("start: call {more}\ncall: {one}\n"))

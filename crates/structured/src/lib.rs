@@ -20,4 +20,4 @@ mod vocab;
 pub use compiler::{CompileStats, GrammarCompiler};
 pub use constraint::{Constraint, MaskStats};
 pub use error::StructuredError;
-pub use spec::ConstraintSpec;
+pub use spec::{with_compact_json, ConstraintSpec, StructuralTag, TagStructure};

@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use oxllm_structured::{ConstraintSpec, GrammarCompiler, StructuredError};
+use oxllm_structured::{
+    ConstraintSpec, GrammarCompiler, StructuralTag, StructuredError, TagStructure,
+};
 use oxllm_tok::Tokenizer;
 use serde_json::json;
 
@@ -107,4 +109,84 @@ fn unsupported_schema_features_are_named() {
         let m = compile_error(&c, ConstraintSpec::JsonSchema(schema.clone()));
         assert!(m.contains(named), "{schema}: {m}");
     }
+}
+
+/// Whether `c` lets `text` (as the tokenizer encodes it) be generated and then end.
+fn allows(c: &mut oxllm_structured::Constraint, tok: &Tokenizer, text: &str) -> bool {
+    let eos = tok.eos_ids()[0];
+    let mut mask = vec![0u32; c.mask_words()];
+    let allowed = |mask: &[u32], t: u32| mask[t as usize / 32] & (1 << (t % 32)) != 0;
+    for t in tok.encode(text, false).unwrap() {
+        c.fill_mask(&mut mask).unwrap();
+        if !allowed(&mask, t) {
+            return false;
+        }
+        c.advance(t).unwrap();
+    }
+    c.fill_mask(&mut mask).unwrap();
+    allowed(&mask, eos)
+}
+
+#[test]
+fn structural_tags_constrain_only_what_follows_a_trigger() {
+    let c = compiler();
+    let tok = Tokenizer::from_hf_dir(
+        std::env::temp_dir().join(format!("oxllm-structured-tok-{}", std::process::id())),
+    )
+    .unwrap();
+    let city = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": false,
+    });
+    let tag = ConstraintSpec::StructuralTag(StructuralTag {
+        triggers: vec!["<function=".into()],
+        structures: vec![
+            TagStructure {
+                begin: "<function=get_weather>".into(),
+                schema: city.clone(),
+                end: "</function>".into(),
+            },
+            TagStructure {
+                begin: "<function=get_time>".into(),
+                schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                end: "</function>".into(),
+            },
+        ],
+    });
+    let fresh = || c.compile(&tag).unwrap();
+    assert!(allows(&mut fresh(), &tok, "Just text, no call at all."));
+    assert!(allows(
+        &mut fresh(),
+        &tok,
+        "Let me look. <function=get_weather>{\"city\": \"Paris\"}</function> and <function=get_time>{}</function> done."
+    ));
+    // A trigger commits the output to a structure: an unknown name, a bad argument or a
+    // missing end is not allowed.
+    assert!(!allows(
+        &mut fresh(),
+        &tok,
+        "x <function=get_news>{}</function>"
+    ));
+    assert!(!allows(
+        &mut fresh(),
+        &tok,
+        "x <function=get_weather>{\"town\": \"Paris\"}</function>"
+    ));
+    assert!(!allows(
+        &mut fresh(),
+        &tok,
+        "x <function=get_weather>{\"city\": \"Paris\"}"
+    ));
+    // A begin that no trigger starts is a compile error.
+    let bad = ConstraintSpec::StructuralTag(StructuralTag {
+        triggers: vec!["<tool>".into()],
+        structures: vec![TagStructure {
+            begin: "<function=f>".into(),
+            schema: json!({}),
+            end: "</function>".into(),
+        }],
+    });
+    assert!(compile_error(&c, bad).contains("none of the triggers"));
 }

@@ -27,22 +27,15 @@ use crate::reasoning;
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
-use crate::tools::{self, ToolFormat};
+use crate::tools;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
-    let template_source = state
-        .tokenizer()
-        .ok()
-        .and_then(|t| t.chat_template().map(str::to_owned))
-        .unwrap_or_default();
-    let format = state
-        .config()
-        .tool_call_parser
-        .unwrap_or_else(|| ToolFormat::of_template(&template_source));
+    let template_source = state.template_source();
+    let format = state.tool_format();
     let tool_plan = tools::plan(
         req.tools.as_ref(),
         req.tool_choice.as_ref(),

@@ -11,6 +11,7 @@ use crate::protocol::tokenize::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };
 use crate::state::AppState;
+use crate::tools;
 
 pub async fn tokenize(
     State(state): State<AppState>,
@@ -28,15 +29,22 @@ pub async fn tokenize(
             .await?
         }
         (None, Some(messages)) => {
+            // Rendered as a chat request with these tools renders it.
+            let format = state.tool_format();
+            let plan = tools::plan(req.tools.as_ref(), None, None, format)?;
+            let messages = match &plan {
+                Some(p) => p.messages(messages),
+                None => tools::history(messages, format),
+            };
             let continue_final = req.continue_final_message.unwrap_or(false);
             let opts = ChatOptions {
                 add_generation_prompt: req.add_generation_prompt.unwrap_or(!continue_final),
                 continue_final_message: continue_final,
                 add_special_tokens: req.add_special_tokens.unwrap_or(false),
-                tools: req.tools.clone(),
+                tools: plan.as_ref().and_then(|p| p.template_tools()),
                 kwargs: req.chat_template_kwargs.clone(),
             };
-            prompt::encode_chat(&state, messages, opts).await?
+            prompt::encode_chat(&state, &messages, opts).await?
         }
         _ => {
             return Err(ApiError::bad_request(
