@@ -5,7 +5,9 @@
 //! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512; and
 //! the weight panels against the same weights row-major at m = 1 and 16; and each panel kernel
 //! family the CPU has (AVX2, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
-//! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16. Run:
+//! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16; and the k-quant panels (Q4_K,
+//! Q5_K, Q6_K, AVX2 kernel) against the same weights row-major (one AVX2 dot per row pair)
+//! at m = 1, 16 and 128 (`-- kquant_panels` runs only these). Run:
 //! `cargo bench -p oxllm-kernels --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -199,6 +201,61 @@ fn bench_panel_kernels(c: &mut Criterion) {
     g.finish();
 }
 
+/// Random k-quant weights (random quant and scale bits, small super-block scales).
+fn kquant_bytes(rng: &mut Lcg, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let len = dtype.row_bytes(cols).unwrap() * rows;
+    let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let scale = half::f16::from_f32(1e-4).to_bits().to_le_bytes();
+    for blk in b.chunks_exact_mut(dtype.type_size()) {
+        if dtype == DType::Q6K {
+            blk[208..210].copy_from_slice(&scale);
+        } else {
+            blk[0..2].copy_from_slice(&scale);
+            blk[2..4].copy_from_slice(&scale);
+        }
+    }
+    b
+}
+
+/// The k-quant panels (AVX2 kernel, on every CPU with AVX2) against the same weights
+/// row-major, where `matmul` runs one AVX2 dot per (activation row, weight row), at m = 1
+/// (decode), 16 (batch-16 decode) and 128 (prefill); rows and panels alternate per shape.
+fn bench_kquant_panels(c: &mut Criterion) {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(19);
+    let mut g = c.benchmark_group("kquant_panels");
+    g.warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(10);
+    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+        for (n, k) in [(2048, 768), (768, 2048)] {
+            let b = kquant_bytes(&mut rng, dtype, n, k);
+            let rows = QMatrix::new_row_major(dtype, n, k, b.clone()).unwrap();
+            let panels = QMatrix::new(dtype, n, k, b).unwrap();
+            if !panels.is_panels() {
+                eprintln!("k-quant panels: none on this CPU (or OXLLM_MATMUL_PANELS=0)");
+                return;
+            }
+            for m in [1usize, 16, 128] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+                let acts = quantize_acts(&pool, &x, m, k, DType::Q8K).unwrap();
+                let mut out = vec![0f32; m * n];
+                let id = format!("{dtype}/{n}x{k}_m{m}");
+                g.bench_function(format!("rows/{id}"), |b| {
+                    b.iter(|| matmul(&pool, &rows, &acts, &mut out).unwrap())
+                });
+                g.bench_function(format!("panels_avx2/{id}"), |b| {
+                    b.iter(|| {
+                        matmul_panels_with(PanelKernel::Avx2, &pool, &panels, &acts, &mut out)
+                            .unwrap()
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 fn bench_output_head(c: &mut Criterion) {
     let pool = ThreadPool::new(2);
     let mut rng = Lcg(11);
@@ -233,6 +290,7 @@ criterion_group!(
     bench_tile_kernels,
     bench_panels,
     bench_output_head,
-    bench_panel_kernels
+    bench_panel_kernels,
+    bench_kquant_panels
 );
 criterion_main!(benches);

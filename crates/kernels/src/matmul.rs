@@ -32,6 +32,11 @@ macro_rules! each_row {
 }
 
 mod acts;
+mod kpanel;
+#[cfg(target_arch = "x86_64")]
+mod kpanel_avx2;
+#[cfg(target_arch = "x86_64")]
+mod kpanel_run;
 mod matrix;
 mod pairwise;
 mod panel;
@@ -168,6 +173,13 @@ pub fn matmul_panels_with(
         execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
         return Ok(());
     }
+    // K-quant panels have one kernel family, AVX2 (which AVX-512 CPUs run too).
+    #[cfg(target_arch = "x86_64")]
+    if let (PanelKernel::Avx2, true, Some(f)) = (kernel, kernel.available(), w.kpanels) {
+        let plan = Plan::KPanel(kpanel_run::kpanel_plan(pool, f, w, acts));
+        execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
+        return Ok(());
+    }
     let _ = (kernel, pool);
     Err(QuantError::Unsupported(w.dtype))
 }
@@ -178,6 +190,8 @@ enum Plan<'a> {
     Tiled(tiled::TiledPlan<'a>),
     #[cfg(target_arch = "x86_64")]
     Panel(panel_run::PanelPlan<'a>),
+    #[cfg(target_arch = "x86_64")]
+    KPanel(kpanel_run::KPanelPlan<'a>),
     Pairwise(pairwise::PairwisePlan<'a>),
 }
 
@@ -192,7 +206,11 @@ fn plan<'a>(
         return Ok(Plan::Panel(panel_run::panel_plan(pool, *f, w, acts, k)));
     }
     #[cfg(target_arch = "x86_64")]
-    if !force_pairwise && !w.f32_activations && w.panels.is_none() {
+    if let (false, Some(f), true) = (force_pairwise, w.kpanels, kpanel_run::available()) {
+        return Ok(Plan::KPanel(kpanel_run::kpanel_plan(pool, f, w, acts)));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !force_pairwise && !w.f32_activations && !w.is_panels() {
         if let Some(p) = TileKernel::best().and_then(|k| tiled::tiled_plan_for(k, pool, w, acts)) {
             return Ok(Plan::Tiled(p));
         }
@@ -208,6 +226,8 @@ impl Plan<'_> {
             Plan::Tiled(p) => p.tiles,
             #[cfg(target_arch = "x86_64")]
             Plan::Panel(p) => p.tiles,
+            #[cfg(target_arch = "x86_64")]
+            Plan::KPanel(p) => p.tiles,
             Plan::Pairwise(p) => p.tiles,
         }
     }
@@ -220,6 +240,8 @@ impl Plan<'_> {
             Plan::Tiled(p) => unsafe { (p.run)(p, t, out) },
             #[cfg(target_arch = "x86_64")]
             Plan::Panel(p) => p.run_tile(t, out),
+            #[cfg(target_arch = "x86_64")]
+            Plan::KPanel(p) => p.run_tile(t, out),
             Plan::Pairwise(p) => p.run_tile(t, out),
         }
     }

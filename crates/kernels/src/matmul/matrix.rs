@@ -4,7 +4,7 @@
 
 use oxllm_core::DType;
 
-use super::panel;
+use super::{kpanel, panel};
 use crate::quant::{self, QuantError};
 use crate::weight_bytes::WeightBytes;
 
@@ -19,6 +19,8 @@ pub struct QMatrix {
     /// the OS allows (`weight_bytes`).
     pub(super) data: WeightBytes,
     pub(super) panels: Option<&'static panel::PanelFormat>,
+    /// Set when `data` holds k-quant panels (`kpanel`) instead.
+    pub(super) kpanels: Option<&'static kpanel::KPanelFormat>,
     /// Keep activations in f32 for this matrix (see `weight_dot`).
     pub(super) f32_activations: bool,
 }
@@ -50,16 +52,18 @@ pub enum MatrixError {
 }
 
 impl QMatrix {
-    /// A matrix from row-major blocks. Q4_0, Q4_1 and Q8_0 are repacked into panels where
-    /// the CPU runs the panel kernel (same memory; [`QMatrix::row`] still gives row-major
-    /// blocks).
+    /// A matrix from row-major blocks. Q4_0, Q4_1 and Q8_0 are repacked into panels, and
+    /// Q4_K, Q5_K and Q6_K into k-panels, where the CPU runs the panel kernels (about the same
+    /// memory; [`QMatrix::row`] still gives row-major blocks).
     pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, MatrixError> {
         let row_bytes = Self::check(dtype, rows, cols, data.len())?;
         let panels = panel::PanelFormat::of(dtype).filter(|_| panels_enabled());
+        let kpanels = kpanel::KPanelFormat::of(dtype).filter(|_| panels_enabled());
         // Packed straight from `data`: a row-major copy first would strand its bytes.
-        let data = match panels {
-            Some(f) => panel::pack(f, rows, cols, &data),
-            None => WeightBytes::from_vec(data),
+        let data = match (panels, kpanels) {
+            (Some(f), _) => panel::pack(f, rows, cols, &data),
+            (None, Some(f)) => kpanel::pack(f, rows, cols, &data),
+            (None, None) => WeightBytes::from_vec(data),
         };
         Ok(QMatrix {
             dtype,
@@ -68,6 +72,7 @@ impl QMatrix {
             row_bytes,
             data,
             panels,
+            kpanels,
             f32_activations: false,
         })
     }
@@ -87,6 +92,7 @@ impl QMatrix {
             row_bytes,
             data: WeightBytes::from_vec(data),
             panels: None,
+            kpanels: None,
             f32_activations: false,
         })
     }
@@ -117,23 +123,28 @@ impl QMatrix {
             self.data = panel::pack(f, self.rows, self.cols, &self.data);
             self.panels = Some(f);
         }
+        if let (None, Some(f)) = (self.kpanels, kpanel::KPanelFormat::of(self.dtype)) {
+            self.data = kpanel::pack(f, self.rows, self.cols, &self.data);
+            self.kpanels = Some(f);
+        }
         self
     }
 
     fn into_row_major(mut self) -> Self {
-        if self.panels.is_some() {
+        if self.is_panels() {
             let data: Vec<u8> = (0..self.rows)
                 .flat_map(|r| self.row(r).into_owned())
                 .collect();
             self.data = WeightBytes::from_vec(data);
             self.panels = None;
+            self.kpanels = None;
         }
         self
     }
 
     /// Whether the matrix is stored as panels.
     pub fn is_panels(&self) -> bool {
-        self.panels.is_some()
+        self.panels.is_some() || self.kpanels.is_some()
     }
 
     /// Computes this matrix against f32 activations, dequantizing weights on the fly: exact up
@@ -165,12 +176,21 @@ impl QMatrix {
     }
     /// Row `r` as row-major blocks (gathered from the panels when packed).
     pub fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
-        match &self.panels {
-            None => std::borrow::Cow::Borrowed(&self.data[r * self.row_bytes..][..self.row_bytes]),
-            Some(f) => {
+        match (&self.panels, &self.kpanels) {
+            (Some(f), _) => {
                 let mut row = vec![0u8; self.row_bytes];
                 panel::unpack_row(f, &self.data, self.cols, r, &mut row);
                 std::borrow::Cow::Owned(row)
+            }
+            (None, Some(f)) => {
+                let mut row = vec![0u8; self.row_bytes];
+                for (b, blk) in row.chunks_exact_mut(f.w_bytes).enumerate() {
+                    kpanel::unpack_block(f, &self.data, self.cols, r, b, blk);
+                }
+                std::borrow::Cow::Owned(row)
+            }
+            (None, None) => {
+                std::borrow::Cow::Borrowed(&self.data[r * self.row_bytes..][..self.row_bytes])
             }
         }
     }
@@ -180,22 +200,38 @@ impl QMatrix {
 
     /// Dequantizes row `r` (e.g. one token's embedding) into `out`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        let Some(f) = &self.panels else {
+        if !self.is_panels() {
             return quant::dequantize_row(self.dtype, self.row(r).as_ref(), out);
-        };
+        }
         // Block by block through a stack buffer: embedding lookups run inside captured plans,
         // which must not allocate.
         if out.len() != self.cols {
             return Err(QuantError::Length {
                 dtype: self.dtype,
                 n: out.len(),
-                block: quant::QK,
+                block: self.dtype.block_size(),
                 got: self.row_bytes,
             });
         }
+        let Some(f) = &self.panels else {
+            return self.dequantize_kpanel_row(r, out);
+        };
         let mut blk = [0u8; panel::MAX_BLOCK_BYTES];
         for (b, dst) in out.chunks_exact_mut(quant::QK).enumerate() {
             panel::unpack_block(f, &self.data, self.cols, r, b, &mut blk[..f.w_bytes]);
+            quant::dequantize_row(self.dtype, &blk[..f.w_bytes], dst)?;
+        }
+        Ok(())
+    }
+
+    /// [`QMatrix::dequantize_row`] of a k-panel matrix, super-block by super-block.
+    fn dequantize_kpanel_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        let Some(f) = self.kpanels else {
+            return Err(QuantError::Unsupported(self.dtype));
+        };
+        let mut blk = [0u8; kpanel::MAX_BLOCK_BYTES];
+        for (b, dst) in out.chunks_exact_mut(quant::QK_K).enumerate() {
+            kpanel::unpack_block(f, &self.data, self.cols, r, b, &mut blk[..f.w_bytes]);
             quant::dequantize_row(self.dtype, &blk[..f.w_bytes], dst)?;
         }
         Ok(())

@@ -70,7 +70,7 @@ pub fn matmul_tiled_with(
 ) -> Result<(), QuantError> {
     check_shapes(w, acts, out);
     #[cfg(target_arch = "x86_64")]
-    if kernel.available() && !w.f32_activations && w.panels.is_none() {
+    if kernel.available() && !w.f32_activations && !w.is_panels() {
         if let Some(p) = tiled_plan_for(kernel, pool, w, acts) {
             execute(pool, &[Some(Plan::Tiled(p))], &[Some(SharedMut::new(out))]);
             return Ok(());

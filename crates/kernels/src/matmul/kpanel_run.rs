@@ -1,0 +1,163 @@
+//! Plans and tiles of the k-quant panel GEMM (`kpanel`, kernel `kpanel_avx2`): tiles of
+//! (whole panels of weight rows) x (activation rows) are handed out like the other plans'
+//! tiles; inside a tile each half panel passes over the tile's rows in kernel calls of up to
+//! `CALL_ROWS`, staying in L1 between calls. Activations are read in place (Q8_K rows).
+
+use super::kpanel::{KPanelFormat, Q4K, Q5K, Q6K};
+use super::kpanel_avx2::{kpanel_half, CALL_ROWS};
+use super::panel::P;
+use super::{QMatrix, QuantizedActs};
+use crate::pool::{SharedMut, ThreadPool};
+use crate::quant::{self, QK_K};
+
+pub(super) struct KPanelPlan<'a> {
+    f: &'static KPanelFormat,
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+    nb: usize,
+    /// Weight rows (a multiple of [`P`]) and activation rows per tile.
+    wt: usize,
+    at: usize,
+    n_wt: usize,
+    pub(super) tiles: usize,
+    run: unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>),
+}
+
+/// Whether this CPU runs the k-panel kernel.
+pub(super) fn available() -> bool {
+    quant::detected_isa() == quant::Isa::Avx2
+}
+
+/// The plan of `w` (a k-panel matrix of format `f`) against `acts` (Q8_K rows); the CPU must
+/// run the kernel ([`available`]).
+pub(super) fn kpanel_plan<'a>(
+    pool: &ThreadPool,
+    f: &'static KPanelFormat,
+    w: &'a QMatrix,
+    acts: &'a QuantizedActs,
+) -> KPanelPlan<'a> {
+    assert!(available(), "k-quant panels on a CPU without AVX2");
+    let nb = w.cols / QK_K;
+    let (m, n) = (acts.rows, w.rows);
+    assert_eq!(
+        acts.row_bytes,
+        nb * super::kpanel::A_BYTES,
+        "activation format"
+    );
+    let (wt, at) = if m <= 32 {
+        // About 4 tiles per thread, at most 512 weight rows each; every activation row.
+        let per_tile = n.div_ceil(P).div_ceil(4 * pool.n_threads().max(1));
+        ((per_tile * P).min(512), m.max(1))
+    } else {
+        // About 16 KiB of panels per tile against 128 activation rows.
+        let panel_bytes = nb * f.record;
+        ((16 * 1024 / panel_bytes.max(1)).clamp(1, 4) * P, 128)
+    };
+    let n_wt = n.div_ceil(wt);
+    let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
+    type Run = unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>);
+    let run: Run = match f.kind {
+        Q4K => tile::<Q4K>,
+        Q5K => tile::<Q5K>,
+        _ => tile::<Q6K>,
+    };
+    KPanelPlan {
+        f,
+        w,
+        acts,
+        nb,
+        wt,
+        at,
+        n_wt,
+        tiles,
+        run,
+    }
+}
+
+impl KPanelPlan<'_> {
+    /// Computes tile `t` (`t < tiles`) into `out`.
+    pub(super) fn run_tile(&self, t: usize, out: &SharedMut<f32>) {
+        let (wi, ai) = (t % self.n_wt, t / self.n_wt);
+        let i0 = ai * self.at;
+        let rows = ((ai + 1) * self.at).min(self.acts.rows) - i0;
+        // SAFETY: the plan exists only where its kernel is available (asserted in
+        // `kpanel_plan`); tiles write disjoint outputs.
+        unsafe { (self.run)(self, wi, i0, rows, out) };
+    }
+}
+
+/// Weight tile `wi` against activation rows `i0..i0 + rows`: each half panel passes over the
+/// rows [`CALL_ROWS`] at a time; the first call of a panel asks for the next panel's weights.
+///
+/// # Safety
+/// The CPU runs the kernel; `out` is the plan's output (`m * n` floats).
+unsafe fn tile<const K: u8>(
+    p: &KPanelPlan<'_>,
+    wi: usize,
+    i0: usize,
+    rows: usize,
+    out: &SharedMut<f32>,
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let (n, rec) = (p.w.rows, p.f.record);
+        let end = ((wi + 1) * p.wt).min(n);
+        let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
+        let mut j = wi * p.wt;
+        while j < end {
+            let next = if j + P < end {
+                panel_at(j + P)
+            } else {
+                std::ptr::null()
+            };
+            let live = (n - j).min(P);
+            let mask: u16 = if live == P { u16::MAX } else { (1 << live) - 1 };
+            for h in 0..2 {
+                let bits = (mask >> (8 * h)) as u8;
+                if bits == 0 {
+                    continue;
+                }
+                let mut r0 = 0;
+                while r0 < rows {
+                    let ahead = if h == 0 && r0 == 0 {
+                        next
+                    } else {
+                        std::ptr::null()
+                    };
+                    let at = (panel_at(j), h, ahead);
+                    let dst = (j + 8 * h, bits);
+                    let first = i0 + r0;
+                    match rows - r0 {
+                        1 => call::<1, K>(p, at, first, dst, out),
+                        2 => call::<2, K>(p, at, first, dst, out),
+                        3 => call::<3, K>(p, at, first, dst, out),
+                        _ => call::<4, K>(p, at, first, dst, out),
+                    }
+                    r0 += CALL_ROWS;
+                }
+            }
+            j += P;
+        }
+    }
+}
+
+/// Activation rows `first..first + C` against half a panel.
+#[inline(always)]
+unsafe fn call<const C: usize, const K: u8>(
+    p: &KPanelPlan<'_>,
+    at: (*const u8, usize, *const u8),
+    first: usize,
+    dst: (usize, u8),
+    out: &SharedMut<f32>,
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let n = p.w.rows;
+        let acts: [*const u8; C] = std::array::from_fn(|c| p.acts.row(first + c).as_ptr());
+        // Row starts of the output: this tile writes only its own columns of them.
+        let outs: [*mut f32; C] = std::array::from_fn(|c| out.ptr_at((first + c) * n));
+        kpanel_half::<C, K>(p.f, p.nb, at, &acts, &outs, dst);
+    }
+}
