@@ -337,6 +337,14 @@ def grammars_that_never_terminate_are_400():
     endless = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
     expect_400("response_format.json_schema.schema", "never terminates", response_format={
         "type": "json_schema", "json_schema": {"name": "endless", "schema": endless}})
+    # Languages with no string at all.
+    expect_400("guided_regex", "language is empty", extra_body={"guided_regex": "a[^\\s\\S]b"})
+    expect_400("structured_outputs.grammar", "language is empty",
+               extra_body={"structured_outputs": {"grammar": "start: A\nA: /a/ & /b/"}})
+    for schema, says in [({"type": "string", "minLength": 5, "maxLength": 2}, "minLength"),
+                         ({"enum": []}, "Unsatisfiable"), (False, "Unsatisfiable")]:
+        expect_400("response_format.json_schema.schema", says, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
     # The same shapes that can finish are served.
     r = client.chat.completions.create(
         model=MODEL, messages=messages("Say a."), max_tokens=8, temperature=0,

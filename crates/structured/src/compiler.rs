@@ -111,15 +111,17 @@ impl GrammarCompiler {
 /// terminate): its first mask would allow nothing.
 fn check_producible(matcher: &mut Matcher) -> Result<(), StructuredError> {
     let mut probe = matcher.clone();
-    let mask = probe
-        .compute_mask()
-        .map_err(|e| StructuredError::Compile(clean_message(&e.to_string())))?;
-    if mask.is_zero() {
-        return Err(StructuredError::Compile(
-            "the grammar allows no output (an empty language or rules that never terminate)".into(),
-        ));
+    const EMPTY: &str = "the grammar allows no output: its language is empty";
+    match probe.compute_mask() {
+        Ok(mask) if !mask.is_zero() => Ok(()),
+        Ok(_) => Err(StructuredError::Compile(EMPTY.into())),
+        // The engine reports a grammar with no first token as an error of its own
+        // (`NoExtensionBias`), which means nothing to a client.
+        Err(e) => Err(StructuredError::Compile(format!(
+            "{EMPTY} ({})",
+            clean_message(&e.to_string())
+        ))),
     }
-    Ok(())
 }
 
 /// llguidance's messages can carry its whole parser state; a client needs the first line.
