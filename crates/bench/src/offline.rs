@@ -58,6 +58,9 @@ pub struct GenerateBench {
     pub seed: u64,
     pub plan: PlanMode,
     pub kv_cache_dtype: oxllm_engine::KvCacheDtype,
+    pub backend: oxllm_engine::BackendKind,
+    /// K/V pool bytes (`None`: the engine's default).
+    pub kv_cache_bytes: Option<usize>,
     /// Tokens shared by the prompts of the prefix-hit runs (0: no such runs, prefix caching
     /// off).
     pub prefix_share: usize,
@@ -224,6 +227,11 @@ pub fn run_generate(
         threads: b.threads,
         plan: b.plan,
         kv_cache_dtype: b.kv_cache_dtype,
+        backend: b.backend,
+        kv_cache: match b.kv_cache_bytes {
+            Some(n) => oxllm_engine::KvCacheSize::Bytes(n),
+            None => EngineConfig::default().kv_cache,
+        },
         ..EngineConfig::default()
     };
     let engine =

@@ -204,6 +204,12 @@ struct GenerateArgs {
     /// for f32 models, f16 otherwise).
     #[arg(long, default_value = "auto")]
     kv_cache_dtype: oxllm_engine::KvCacheDtype,
+    /// `cpu`, `reference` or `cuda` (an NVIDIA GPU; dense models).
+    #[arg(long, default_value = "cpu")]
+    backend: oxllm_engine::BackendKind,
+    /// K/V pool size, e.g. 4GiB [default: the engine's, 1GiB].
+    #[arg(long, value_parser = crate::size::parse_bytes)]
+    kv_cache_memory: Option<usize>,
     /// Also time a prompt sharing its first N tokens with the one before it (prefix hit vs
     /// cold, for each --prompt-lens above N); turns prefix caching on.
     #[arg(long, default_value_t = 0)]
@@ -458,6 +464,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
         seed: a.seed,
         plan: a.plan,
         kv_cache_dtype: a.kv_cache_dtype,
+        backend: a.backend,
+        kv_cache_bytes: a.kv_cache_memory,
         prefix_share: a.prefix_share,
         json_schema: match &a.json_schema {
             None => None,
@@ -497,6 +505,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             v["max_num_batched_tokens"] = json!(a.max_num_batched_tokens);
             v["seed"] = json!(a.seed);
             v["plan"] = json!(format!("{:?}", a.plan).to_lowercase());
+            v["backend"] = json!(format!("{:?}", a.backend).to_lowercase());
             v["commit"] = json!(commit);
             v["machine"] = serde_json::to_value(&machine)?;
             v["date"] = json!(date);

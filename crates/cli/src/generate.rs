@@ -97,7 +97,8 @@ pub struct GenerateArgs {
     /// for f32 models, f16 otherwise).
     #[arg(long, default_value = "auto")]
     kv_cache_dtype: oxllm_engine::KvCacheDtype,
-    /// `cpu` (fast kernels) or `reference` (scalar, one thread, no capture; for cross-checks).
+    /// `cpu` (fast kernels), `reference` (scalar, one thread, no capture; for cross-checks) or
+    /// `cuda` (an NVIDIA GPU; dense models; plans replayed as CUDA graphs).
     #[arg(long, default_value = "cpu")]
     backend: BackendKind,
     #[command(flatten)]

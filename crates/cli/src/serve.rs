@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// for f32 models, f16 otherwise).
     #[arg(long, default_value = "auto")]
     kv_cache_dtype: oxllm_engine::KvCacheDtype,
+    /// `cpu` (fast kernels), `reference` (scalar, one thread) or `cuda` (an NVIDIA GPU; dense
+    /// models; plans replayed as CUDA graphs).
+    #[arg(long, default_value = "cpu")]
+    backend: oxllm_engine::BackendKind,
     /// Seconds running requests get to finish after SIGTERM/SIGINT (match Kubernetes'
     /// `terminationGracePeriodSeconds`, less a few seconds). `/health` answers 503 meanwhile;
     /// a second signal stops at once.
@@ -127,6 +131,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         threads,
         plan: args.plan,
         kv_cache_dtype: args.kv_cache_dtype,
+        backend: args.backend,
         ..EngineConfig::default()
     };
     let config = args.states.apply(config);

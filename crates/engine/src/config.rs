@@ -112,6 +112,11 @@ pub enum BackendKind {
     Cpu,
     /// Scalar kernels on one thread, no capture: a cross-check, not for serving.
     Reference,
+    /// An NVIDIA GPU through the CUDA driver (dense models); plans replay as CUDA graphs.
+    Cuda,
+    /// The CUDA backend on a host emulator of its kernels: slow, for checking everything but
+    /// the kernels' machine code where there is no GPU.
+    CudaEmulator,
 }
 
 impl std::str::FromStr for BackendKind {
@@ -120,8 +125,10 @@ impl std::str::FromStr for BackendKind {
         match s {
             "cpu" => Ok(BackendKind::Cpu),
             "reference" => Ok(BackendKind::Reference),
+            "cuda" => Ok(BackendKind::Cuda),
+            "cuda-emulator" => Ok(BackendKind::CudaEmulator),
             other => Err(format!(
-                "unknown backend '{other}' (expected cpu or reference)"
+                "unknown backend '{other}' (expected cpu, reference, cuda or cuda-emulator)"
             )),
         }
     }

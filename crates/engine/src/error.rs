@@ -50,6 +50,9 @@ pub enum EngineError {
     RequestFailed(String),
     #[error("invalid engine config: {0}")]
     Config(String),
+    /// The CUDA backend could not start (no driver, no GPU, kernels failed to compile).
+    #[error(transparent)]
+    Cuda(#[from] oxllm_cuda::CudaError),
     #[error("the engine has stopped")]
     Stopped,
 }

@@ -103,7 +103,20 @@ impl ModelRunner {
         let mut backend: Box<dyn Backend + Send> = match backend {
             BackendKind::Cpu => Box::new(CpuBackend::new(threads)),
             BackendKind::Reference => Box::new(ReferenceBackend::new()),
+            BackendKind::Cuda => Box::new(oxllm_cuda::CudaBackend::new(0, threads)?),
+            BackendKind::CudaEmulator => Box::new(oxllm_cuda::EmulatedBackend::emulated(threads)),
         };
+        match &model.kind {
+            ModelKind::Dense(m) => backend
+                .load_weights(m.as_ref())
+                .map_err(|e| EngineError::Model(e.into()))?,
+            ModelKind::Hybrid(_) if backend.name().starts_with("cuda") => {
+                return Err(EngineError::Config(
+                    "hybrid models do not run on the CUDA backend yet (dense models only)".into(),
+                ))
+            }
+            ModelKind::Hybrid(_) => {}
+        }
         let (kv_width, vocab) = (model.config.kv_width(), model.config.vocab_size);
         let stride = max_model_len.div_ceil(block_size.max(1)).max(1);
         let max_tokens = max_tokens.max(max_seqs);

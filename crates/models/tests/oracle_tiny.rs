@@ -1,6 +1,8 @@
 //! Tiny random checkpoints (Llama, Qwen2, Qwen3; f32 and bf16; sharded) against the
 //! transformers float32 oracle: prompt logits within 1e-3 and 32 greedy ids identical, on the
-//! CPU backend and on the reference backend (the one recorded forward on both).
+//! CPU backend, on the reference backend and on the CUDA backend's host emulator (the one
+//! recorded forward on all three; the emulator runs the CUDA backend's buffers, copies, plans
+//! and the kernels of `kernels.cu` restated on the host).
 
 mod common;
 
@@ -26,9 +28,12 @@ fn check_file(model: &str, oracle_dir: &str, threads: usize, tol: f32, greedy: b
         serde_json::from_str(&std::fs::read_to_string(path.join("oracle.json")).unwrap()).unwrap();
     let model_path = repo_root().join("tests/fixtures/tiny").join(model);
     let (_, model) = load_model(&model_path).unwrap_or_else(|e| panic!("{dir}: {e}"));
-    let backends: [(&str, MakeBackend); 2] = [
+    let backends: [(&str, MakeBackend); 3] = [
         ("cpu", |threads| Box::new(CpuBackend::new(threads))),
         ("reference", |_| Box::new(ReferenceBackend::new())),
+        ("cuda-emulator", |threads| {
+            Box::new(oxllm_cuda::EmulatedBackend::emulated(threads))
+        }),
     ];
     for (name, backend) in backends {
         let what = format!("{dir} on {name}");

@@ -28,7 +28,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::backend::Plan;
-use crate::{BufKind, BufRef, Buffer, ExecCtx, Kernels, Memory, Op, OpProfile, RuntimeError};
+use crate::{BufKind, BufRef, Buffer, Memory, Op, OpProfile, RuntimeError};
+
+/// How an arena's ops execute: the host backends call [`Op::run`] / [`Op::warm`] with their
+/// kernel table; a device backend launches its own kernels from [`Op::desc`].
+pub trait OpRunner {
+    fn run(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError>;
+    /// The op in a warm step (see [`Op::warm`]).
+    fn warm(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError>;
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -49,14 +57,14 @@ struct Request {
 
 /// What planning one op list found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Lifetimes {
+pub struct Lifetimes {
     /// Most bytes of step-local buffers live at once.
     pub peak_bytes: usize,
     /// Bytes of all step-local buffers together.
     pub total_bytes: usize,
 }
 
-pub(crate) struct Arena {
+pub struct Arena {
     mem: Memory,
     /// Handles whose buffer is gone, reusable.
     free_handles: Vec<u32>,
@@ -75,15 +83,13 @@ pub(crate) struct Arena {
     kept: Vec<u32>,
     /// Ops launched and not yet run (eager, warm) or recorded (capture).
     pending: Vec<Box<dyn Op>>,
-    /// The kernels ops of a warm step compute with.
-    warm_kernels: &'static Kernels,
     id: u64,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Bytes of `len` elements of `kind`.
-fn bytes_of(kind: BufKind, len: usize) -> usize {
+pub fn bytes_of(kind: BufKind, len: usize) -> usize {
     len * match kind {
         BufKind::QActs => 1,
         BufKind::F16 => 2,
@@ -92,7 +98,7 @@ fn bytes_of(kind: BufKind, len: usize) -> usize {
 }
 
 impl Arena {
-    pub(crate) fn new(warm_kernels: &'static Kernels) -> Arena {
+    pub fn new() -> Arena {
         Arena {
             mem: Memory::default(),
             free_handles: Vec::new(),
@@ -104,12 +110,16 @@ impl Arena {
             step_storage: Vec::new(),
             kept: Vec::new(),
             pending: Vec::new(),
-            warm_kernels,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    pub(crate) fn capturing(&self) -> bool {
+    /// The buffers, as they are now (no pending op is run).
+    pub fn memory(&self) -> &Memory {
+        &self.mem
+    }
+
+    pub fn capturing(&self) -> bool {
         self.mode == Mode::Capture
     }
 
@@ -139,11 +149,7 @@ impl Arena {
         }
     }
 
-    pub(crate) fn alloc_persistent(
-        &mut self,
-        kind: BufKind,
-        len: usize,
-    ) -> Result<BufRef, RuntimeError> {
+    pub fn alloc_persistent(&mut self, kind: BufKind, len: usize) -> Result<BufRef, RuntimeError> {
         if self.capturing() {
             return Err(RuntimeError::NotInCapture("alloc_persistent"));
         }
@@ -152,10 +158,7 @@ impl Arena {
         Ok(BufRef { slot, kind, len })
     }
 
-    pub(crate) fn alloc_host(
-        &mut self,
-        value: Box<dyn Any + Send>,
-    ) -> Result<BufRef, RuntimeError> {
+    pub fn alloc_host(&mut self, value: Box<dyn Any + Send>) -> Result<BufRef, RuntimeError> {
         if self.capturing() {
             return Err(RuntimeError::NotInCapture("alloc_host"));
         }
@@ -179,7 +182,7 @@ impl Arena {
     /// A step-local buffer of `len` elements for `op`'s use; its storage is decided when the
     /// step's op list is planned. Inside a capture a request no pooled storage could ever
     /// serve fails at once.
-    pub(crate) fn alloc(
+    pub fn alloc(
         &mut self,
         op: &'static str,
         kind: BufKind,
@@ -208,7 +211,7 @@ impl Arena {
     }
 
     /// Keeps `buf` to the end of the step (or of every replay) for the host to read.
-    pub(crate) fn keep(&mut self, buf: BufRef) {
+    pub fn keep(&mut self, buf: BufRef) {
         self.kept.push(buf.slot);
     }
 
@@ -314,23 +317,18 @@ impl Arena {
     }
 
     /// Plans and runs the pending ops of an eager or warm step.
-    fn flush(&mut self, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    fn flush(&mut self, runner: &mut dyn OpRunner) -> Result<(), RuntimeError> {
         if self.pending.is_empty() {
             return Ok(());
         }
         let ops = std::mem::take(&mut self.pending);
         self.plan_lifetimes(&ops)?;
-        if self.mode == Mode::Warm {
-            let cx = ExecCtx {
-                kernels: self.warm_kernels,
-                ..*cx
-            };
-            for op in &ops {
-                op.warm(&self.mem, &cx)?;
-            }
-        } else {
-            for op in &ops {
-                op.run(&self.mem, cx)?;
+        let warm = self.mode == Mode::Warm;
+        for op in &ops {
+            if warm {
+                runner.warm(op.as_ref(), &self.mem)?;
+            } else {
+                runner.run(op.as_ref(), &self.mem)?;
             }
         }
         Ok(())
@@ -350,7 +348,7 @@ impl Arena {
         self.kept.clear();
     }
 
-    pub(crate) fn begin_step(&mut self, warm: bool) -> Result<(), RuntimeError> {
+    pub fn begin_step(&mut self, warm: bool) -> Result<(), RuntimeError> {
         if self.capturing() {
             return Err(RuntimeError::NotInCapture("begin_step"));
         }
@@ -361,24 +359,28 @@ impl Arena {
     }
 
     /// Runs what is still pending, then gives the step's buffers back.
-    pub(crate) fn end_step(&mut self, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    pub fn end_step(&mut self, runner: &mut dyn OpRunner) -> Result<(), RuntimeError> {
         if self.capturing() {
             return Err(RuntimeError::NotInCapture("end_step"));
         }
-        let r = self.flush(cx);
+        let r = self.flush(runner);
         self.pending.clear();
         self.end_buffers();
         self.mode = Mode::Idle;
         r
     }
 
-    pub(crate) fn launch(&mut self, op: Box<dyn Op>, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
+    pub fn launch(
+        &mut self,
+        op: Box<dyn Op>,
+        runner: &mut dyn OpRunner,
+    ) -> Result<(), RuntimeError> {
         self.pending.push(op);
         match self.mode {
             Mode::Capture | Mode::Eager | Mode::Warm => Ok(()),
             // Outside a step an op runs at once.
             Mode::Idle => {
-                let r = self.flush(cx);
+                let r = self.flush(runner);
                 self.end_buffers();
                 r
             }
@@ -386,23 +388,23 @@ impl Arena {
     }
 
     /// The buffers for the host, after running any pending ops (their errors come back here).
-    pub(crate) fn host_access(
+    pub fn host_access(
         &mut self,
         op: &'static str,
         write: bool,
-        cx: &ExecCtx<'_>,
+        runner: &mut dyn OpRunner,
     ) -> Result<&Memory, RuntimeError> {
         match (self.capturing(), write) {
             (true, true) => Err(RuntimeError::HostWriteInCapture { op }),
             (true, false) => Err(RuntimeError::HostReadInCapture { op }),
             (false, _) => {
-                self.flush(cx)?;
+                self.flush(runner)?;
                 Ok(&self.mem)
             }
         }
     }
 
-    pub(crate) fn begin_capture(&mut self) -> Result<(), RuntimeError> {
+    pub fn begin_capture(&mut self) -> Result<(), RuntimeError> {
         if self.capturing() {
             return Err(RuntimeError::AlreadyCapturing);
         }
@@ -412,7 +414,7 @@ impl Arena {
         Ok(())
     }
 
-    pub(crate) fn end_capture(&mut self) -> Result<Plan, RuntimeError> {
+    pub fn end_capture(&mut self) -> Result<Plan, RuntimeError> {
         if !self.capturing() {
             return Err(RuntimeError::NotCapturing);
         }
@@ -437,7 +439,7 @@ impl Arena {
         }
     }
 
-    pub(crate) fn abort_capture(&mut self) {
+    pub fn abort_capture(&mut self) {
         if self.capturing() {
             let requested: Vec<u32> = self.requests.drain(..).map(|r| r.handle).collect();
             self.recycle(&requested);
@@ -447,10 +449,10 @@ impl Arena {
         }
     }
 
-    pub(crate) fn replay(
+    pub fn replay(
         &mut self,
         plan: &Plan,
-        cx: &ExecCtx<'_>,
+        runner: &mut dyn OpRunner,
         mut profile: Option<&mut OpProfile>,
     ) -> Result<(), RuntimeError> {
         if self.capturing() {
@@ -463,17 +465,17 @@ impl Arena {
             match profile.as_deref_mut() {
                 Some(p) => {
                     let t = Instant::now();
-                    op.run(&self.mem, cx)?;
+                    runner.run(op.as_ref(), &self.mem)?;
                     p.add(op.name(), t.elapsed());
                 }
-                None => op.run(&self.mem, cx)?,
+                None => runner.run(op.as_ref(), &self.mem)?,
             }
         }
         Ok(())
     }
 
     /// Bytes held by pooled (warmed) storage, for the start-up log.
-    pub(crate) fn pooled_bytes(&self) -> usize {
+    pub fn pooled_bytes(&self) -> usize {
         self.pool
             .iter()
             .map(|&s| {
@@ -481,5 +483,11 @@ impl Arena {
                 b.kind().map_or(0, |k| bytes_of(k, b.capacity()))
             })
             .sum()
+    }
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena::new()
     }
 }

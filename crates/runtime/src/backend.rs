@@ -1,12 +1,14 @@
 //! The [`Backend`] trait: buffers, op launches, capture and replay.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arena::Lifetimes;
-use crate::{BufKind, BufRef, Memory, Op, OpProfile, RuntimeError};
+use crate::{BufKind, BufRef, Memory, Op, OpProfile, RuntimeError, WeightSource};
 
 /// A captured op list, bound to the backend that recorded it, with its buffers' footprint.
 pub struct Plan {
+    id: u64,
     backend_id: u64,
     ops: Vec<Box<dyn Op>>,
     lifetimes: Lifetimes,
@@ -14,7 +16,9 @@ pub struct Plan {
 
 impl Plan {
     pub(crate) fn new(backend_id: u64, ops: Vec<Box<dyn Op>>, lifetimes: Lifetimes) -> Plan {
+        static NEXT_PLAN: AtomicU64 = AtomicU64::new(1);
         Plan {
+            id: NEXT_PLAN.fetch_add(1, Ordering::Relaxed),
             backend_id,
             ops,
             lifetimes,
@@ -25,7 +29,12 @@ impl Plan {
         self.backend_id
     }
 
-    pub(crate) fn ops(&self) -> &[Box<dyn Op>] {
+    /// Unique among the process's plans (a device backend keys its native graphs by it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn ops(&self) -> &[Box<dyn Op>] {
         &self.ops
     }
 
@@ -59,6 +68,13 @@ impl Plan {
 pub trait Backend {
     fn name(&self) -> &'static str;
     fn supports_capture(&self) -> bool;
+
+    /// Hands the backend the model's weights once, before any step: a backend with its own
+    /// memory copies them into its layout there. The host backends read the weights through
+    /// the model the ops hold, so by default nothing happens.
+    fn load_weights(&mut self, _weights: &dyn WeightSource) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 
     /// A buffer for the backend's lifetime (KV cache, step inputs, outputs read by the host).
     fn alloc_persistent(&mut self, kind: BufKind, len: usize) -> Result<BufRef, RuntimeError>;

@@ -136,6 +136,15 @@ macro_rules! typed_access {
 impl Memory {
     pub(crate) const UNMAPPED: u32 = u32::MAX;
 
+    /// The storage slot behind `b` and that storage's kind and capacity (elements; bytes for
+    /// `QActs`): a device backend mirrors each storage slot once, so handles that share
+    /// storage share device memory too. `None` while `b` has no storage.
+    pub fn storage_of(&self, b: BufRef) -> Option<(usize, BufKind, usize)> {
+        let s = *self.handles.get(b.slot as usize)?;
+        let buf = self.storage.get(s as usize)?.try_borrow().ok()?;
+        Some((s as usize, buf.kind()?, buf.capacity()))
+    }
+
     fn cell(
         &self,
         op: &'static str,

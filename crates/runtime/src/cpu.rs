@@ -9,8 +9,33 @@ use std::any::Any;
 
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::arena::Arena;
+use crate::arena::{Arena, OpRunner};
+use crate::kernels::Kernels;
 use crate::{Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpProfile, Plan, RuntimeError};
+
+/// Runs ops on the host with a kernel table (and the warm table in warm steps).
+pub struct HostRunner<'a> {
+    pub pool: &'a ThreadPool,
+    pub kernels: &'static Kernels,
+    pub warm_kernels: &'static Kernels,
+}
+
+impl OpRunner for HostRunner<'_> {
+    fn run(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
+        let cx = ExecCtx {
+            pool: self.pool,
+            kernels: self.kernels,
+        };
+        op.run(mem, &cx)
+    }
+    fn warm(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
+        let cx = ExecCtx {
+            pool: self.pool,
+            kernels: self.warm_kernels,
+        };
+        op.warm(mem, &cx)
+    }
+}
 
 pub struct CpuBackend {
     arena: Arena,
@@ -20,7 +45,7 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new(threads: usize) -> CpuBackend {
         CpuBackend {
-            arena: Arena::new(&crate::kernels::WARM),
+            arena: Arena::new(),
             pool: ThreadPool::new(threads),
         }
     }
@@ -31,7 +56,7 @@ impl CpuBackend {
 }
 
 macro_rules! arena_backend {
-    ($t:ty, $name:expr, $capture:expr, $kernels:expr) => {
+    ($t:ty, $name:expr, $capture:expr, $kernels:expr, $warm:expr) => {
         impl Backend for $t {
             fn name(&self) -> &'static str {
                 $name
@@ -61,22 +86,24 @@ macro_rules! arena_backend {
                 self.arena.keep(buf)
             }
             fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError> {
-                let cx = ExecCtx {
+                let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
+                    warm_kernels: $warm,
                 };
-                self.arena.launch(op, &cx)
+                self.arena.launch(op, &mut runner)
             }
             fn host_access(
                 &mut self,
                 op: &'static str,
                 write: bool,
             ) -> Result<&Memory, RuntimeError> {
-                let cx = ExecCtx {
+                let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
+                    warm_kernels: $warm,
                 };
-                self.arena.host_access(op, write, &cx)
+                self.arena.host_access(op, write, &mut runner)
             }
             fn begin_step(&mut self) -> Result<(), RuntimeError> {
                 self.arena.begin_step(false)
@@ -88,11 +115,12 @@ macro_rules! arena_backend {
                 self.arena.begin_step(true)
             }
             fn end_step(&mut self) -> Result<(), RuntimeError> {
-                let cx = ExecCtx {
+                let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
+                    warm_kernels: $warm,
                 };
-                let r = self.arena.end_step(&cx);
+                let r = self.arena.end_step(&mut runner);
                 self.pool.set_all_join(false);
                 r
             }
@@ -109,22 +137,24 @@ macro_rules! arena_backend {
                 self.arena.abort_capture()
             }
             fn replay(&mut self, plan: &Plan) -> Result<(), RuntimeError> {
-                let cx = ExecCtx {
+                let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
+                    warm_kernels: $warm,
                 };
-                self.arena.replay(plan, &cx, None)
+                self.arena.replay(plan, &mut runner, None)
             }
             fn pooled_bytes(&self) -> usize {
                 self.arena.pooled_bytes()
             }
             fn replay_profiled(&mut self, plan: &Plan) -> Result<OpProfile, RuntimeError> {
-                let cx = ExecCtx {
+                let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
+                    warm_kernels: $warm,
                 };
                 let mut profile = OpProfile::default();
-                self.arena.replay(plan, &cx, Some(&mut profile))?;
+                self.arena.replay(plan, &mut runner, Some(&mut profile))?;
                 Ok(profile)
             }
         }
@@ -132,4 +162,10 @@ macro_rules! arena_backend {
 }
 pub(crate) use arena_backend;
 
-arena_backend!(CpuBackend, "cpu", true, &crate::kernels::FAST);
+arena_backend!(
+    CpuBackend,
+    "cpu",
+    true,
+    &crate::kernels::FAST,
+    &crate::kernels::WARM
+);

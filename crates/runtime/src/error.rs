@@ -34,6 +34,11 @@ pub enum RuntimeError {
     },
     #[error("op `{op}`: buffer {slot} is used twice at once (an output aliases another operand)")]
     Aliased { op: &'static str, slot: u32 },
+    #[error("op `{op}` has no kernel on the `{backend}` backend")]
+    Unsupported {
+        backend: &'static str,
+        op: &'static str,
+    },
     #[error("op `{op}` failed: {msg}")]
     Op { op: &'static str, msg: String },
 }

@@ -15,10 +15,11 @@
 
 #![forbid(unsafe_code)]
 
-mod arena;
+pub mod arena;
 mod backend;
 mod buffer;
 mod cpu;
+mod desc;
 mod error;
 pub mod kernels;
 mod op;
@@ -26,7 +27,8 @@ mod reference;
 
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
-pub use cpu::CpuBackend;
+pub use cpu::{CpuBackend, HostRunner};
+pub use desc::{HostWeight, LayerWeight, MatmulJob, OpDesc, RopeSpec, WeightId, WeightSource};
 pub use error::RuntimeError;
 pub use kernels::Kernels;
 pub use op::{ExecCtx, Op, OpProfile};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::{BufRef, Kernels, Memory, RuntimeError};
+use crate::{BufRef, Kernels, Memory, OpDesc, RuntimeError};
 
 /// Where an op runs: the backend's thread pool and kernel table. An op computes with these and
 /// never asks which backend it runs on.
@@ -30,6 +30,18 @@ pub trait Op: Send {
     /// updates) does nothing instead.
     fn warm(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         self.run(mem, cx)
+    }
+    /// What the op computes, as data, for backends with their own kernels; `None` for an op
+    /// that only runs on the host (a device backend runs such ops on its host copies, after
+    /// its device work).
+    fn desc(&self) -> Option<OpDesc> {
+        None
+    }
+    /// Whether the op is meant to run on the host whatever the backend (sampling with the
+    /// requests' own host state): a device backend runs such ops after its device work, and
+    /// refuses an op that has neither a description nor this mark.
+    fn host_only(&self) -> bool {
+        false
     }
 }
 

@@ -9,8 +9,8 @@ use std::any::Any;
 use oxllm_kernels::pool::ThreadPool;
 
 use crate::arena::Arena;
-use crate::cpu::arena_backend;
-use crate::{Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpProfile, Plan, RuntimeError};
+use crate::cpu::{arena_backend, HostRunner};
+use crate::{Backend, BufKind, BufRef, Memory, Op, OpProfile, Plan, RuntimeError};
 
 pub struct ReferenceBackend {
     arena: Arena,
@@ -20,7 +20,7 @@ pub struct ReferenceBackend {
 impl ReferenceBackend {
     pub fn new() -> ReferenceBackend {
         ReferenceBackend {
-            arena: Arena::new(&crate::kernels::REFERENCE),
+            arena: Arena::new(),
             pool: ThreadPool::new(1),
         }
     }
@@ -36,5 +36,6 @@ arena_backend!(
     ReferenceBackend,
     "reference",
     false,
+    &crate::kernels::REFERENCE,
     &crate::kernels::REFERENCE
 );

@@ -91,6 +91,9 @@ impl Op for SampleOp {
     fn name(&self) -> &'static str {
         "sample"
     }
+    fn host_only(&self) -> bool {
+        true
+    }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.logits, self.rows, self.token_ids] {
             visit(b);

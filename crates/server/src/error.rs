@@ -124,7 +124,8 @@ impl ApiError {
             | EngineError::Model(_)
             | EngineError::RequestFailed(_)
             | EngineError::Structured(_)
-            | EngineError::Config(_) => Self::internal(e.to_string()),
+            | EngineError::Config(_)
+            | EngineError::Cuda(_) => Self::internal(e.to_string()),
         }
     }
 }

@@ -49,6 +49,20 @@ impl Rope {
         self.head_dim
     }
 
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// Whether pairs are (i, i + rotary_dim / 2) rather than adjacent.
+    pub fn is_split_half(&self) -> bool {
+        self.layout == RopeLayout::SplitHalf
+    }
+
+    /// The `rotary_dim / 2` inverse frequencies (the angle at position p is `p as f32 * f`).
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
     /// Rotates every head of one token's vector `x` (`n_heads * head_dim`) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
         self.apply_all(&mut [x], pos);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use oxllm_core::DType;
 use oxllm_kernels::attention::AttnShape;
-use oxllm_runtime::{Backend, BufKind, BufRef};
+use oxllm_runtime::{Backend, BufKind, BufRef, LayerWeight as L, WeightId};
 
 use super::ops::{
     Add, Attention, Embed, GatherNorm, GraphModel, MatPick, Project, QkNormRope, Quantize, RmsNorm,
@@ -49,7 +49,8 @@ pub fn record_dense_forward(
     }))?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
     for (li, layer) in model.layers.iter().enumerate() {
-        norm(b, model, li, |m, l| Some(&m.layers[l].attn_norm), x, normed)?;
+        let attn_norm: VecPick = |m, l| Some(&m.layers[l].attn_norm);
+        norm(b, model, li, (attn_norm, lw(li, L::AttnNorm)), x, normed)?;
         let qkv_mats: [(MatPick, Option<VecPick>); 3] = [
             (
                 |m, l| &m.layers[l].wq,
@@ -66,7 +67,12 @@ pub fn record_dense_forward(
         ];
         let dtypes = [&layer.wq, &layer.wk, &layer.wv].map(|w| w.activation_dtype());
         let qkv = [n * qw, n * kw, n * kw];
-        let [q, k, v] = project(b, model, li, qkv_mats, normed, n, h, dtypes, qkv)?;
+        let qkv_ids = Some([
+            (lw(li, L::Wq), layer.bq.is_some().then(|| lw(li, L::Bq))),
+            (lw(li, L::Wk), layer.bk.is_some().then(|| lw(li, L::Bk))),
+            (lw(li, L::Wv), layer.bv.is_some().then(|| lw(li, L::Bv))),
+        ]);
+        let [q, k, v] = project(b, model, li, qkv_mats, qkv_ids, normed, n, h, dtypes, qkv)?;
         b.launch(Box::new(QkNormRope {
             model: model.clone(),
             layer: li,
@@ -81,6 +87,7 @@ pub fn record_dense_forward(
             model,
             li,
             wo,
+            Some([(lw(li, L::Wo), None)]),
             attn,
             n,
             qw,
@@ -89,17 +96,31 @@ pub fn record_dense_forward(
         )?;
         b.launch(Box::new(Add { acc: x, x: o }))?;
 
-        norm(b, model, li, |m, l| Some(&m.layers[l].ffn_norm), x, normed)?;
+        let ffn_norm: VecPick = |m, l| Some(&m.layers[l].ffn_norm);
+        norm(b, model, li, (ffn_norm, lw(li, L::FfnNorm)), x, normed)?;
         let gate_up: [(MatPick, Option<VecPick>); 2] = [
             (|m, l| &m.layers[l].w_gate, None),
             (|m, l| &m.layers[l].w_up, None),
         ];
         let dtypes = [&layer.w_gate, &layer.w_up].map(|w| w.activation_dtype());
-        let [gate, up] = project(b, model, li, gate_up, normed, n, h, dtypes, [n * c.ffn; 2])?;
+        let ids = Some([(lw(li, L::Gate), None), (lw(li, L::Up), None)]);
+        let [gate, up] = project(
+            b,
+            model,
+            li,
+            gate_up,
+            ids,
+            normed,
+            n,
+            h,
+            dtypes,
+            [n * c.ffn; 2],
+        )?;
         b.launch(Box::new(SiluMul { gate, up }))?;
         let down: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].w_down, None)];
         let dt = [layer.w_down.activation_dtype()];
-        let [d] = project(b, model, li, down, gate, n, c.ffn, dt, [n * h])?;
+        let ids = Some([(lw(li, L::Down), None)]);
+        let [d] = project(b, model, li, down, ids, gate, n, c.ffn, dt, [n * h])?;
         b.launch(Box::new(Add { acc: x, x: d }))?;
     }
 
@@ -125,15 +146,21 @@ pub(super) fn record_head<M: GraphModel>(
     let head: [(MatPick<M>, Option<VecPick<M>>); 1] = [(|m, _| m.output_head(), None)];
     let dt = [model.output_head().activation_dtype()];
     let vocab = model.vocab_size();
-    let [logits] = project(b, model, 0, head, last, m, h, dt, [m * vocab])?;
+    let ids = Some([(WeightId::OutputHead, None)]);
+    let [logits] = project(b, model, 0, head, ids, last, m, h, dt, [m * vocab])?;
     Ok(logits)
+}
+
+/// A weight of layer `layer`.
+fn lw(layer: usize, w: L) -> WeightId {
+    WeightId::Layer(layer as u32, w)
 }
 
 fn norm(
     b: &mut dyn Backend,
     model: &Arc<LlamaModel>,
     layer: usize,
-    weight: VecPick,
+    (weight, id): (VecPick, WeightId),
     x: BufRef,
     out: BufRef,
 ) -> Result<(), ModelError> {
@@ -141,6 +168,7 @@ fn norm(
         model: model.clone(),
         layer,
         weight,
+        weight_id: Some(id),
         x,
         out,
     }))?;
@@ -193,6 +221,7 @@ pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
     model: &Arc<M>,
     layer: usize,
     mats: [(MatPick<M>, Option<VecPick<M>>); N],
+    ids: Option<[(WeightId, Option<WeightId>); N]>,
     input: BufRef,
     rows: usize,
     cols: usize,
@@ -232,6 +261,10 @@ pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
         model: model.clone(),
         layer,
         mats,
+        ids,
+        input,
+        rows,
+        cols,
         acts,
         outs,
     }))?;

@@ -136,11 +136,11 @@ pub fn record_hybrid_forward(
                 ];
                 let dt = [&d.gate, &d.up].map(QMatrix::activation_dtype);
                 let ffn = d.gate.rows();
-                let [g, u] = project(b, model, li, mats, normed, n, h, dt, [n * ffn; 2])?;
+                let [g, u] = project(b, model, li, mats, None, normed, n, h, dt, [n * ffn; 2])?;
                 b.launch(Box::new(SiluMul { gate: g, up: u }))?;
                 let down: [(Pick, NoBias); 1] = [(|m, l| &dense_mlp(m, l).down, None)];
                 let dt = [d.down.activation_dtype()];
-                let [y] = project(b, model, li, down, g, n, ffn, dt, [n * h])?;
+                let [y] = project(b, model, li, down, None, g, n, ffn, dt, [n * h])?;
                 y
             }
             Mlp::Moe(moe) => {
@@ -184,6 +184,7 @@ fn norm(
     out: BufRef,
 ) -> Result<(), ModelError> {
     b.launch(Box::new(RmsNorm {
+        weight_id: None,
         model: model.clone(),
         layer,
         weight,
@@ -214,7 +215,7 @@ fn record_linear(
     ];
     let dt = [&g.in_proj, &g.in_proj_ba].map(QMatrix::activation_dtype);
     let lens = [n * pw, n * 2 * c.n_v_heads];
-    let [proj, ba] = project(b, model, li, mats, normed, n, h, dt, lens)?;
+    let [proj, ba] = project(b, model, li, mats, None, normed, n, h, dt, lens)?;
     let scratch = b.alloc("gated_delta_net", BufKind::F32, scratch_len(g, n))?;
     let core = b.alloc("gated_delta_net", BufKind::F32, n * vw)?;
     b.launch(Box::new(GdnCore {
@@ -234,7 +235,7 @@ fn record_linear(
     }))?;
     let out: [(Pick, NoBias); 1] = [(|m, l| &lin(m, l).out_proj, None)];
     let dt = [g.out_proj.activation_dtype()];
-    let [o] = project(b, model, li, out, core, n, vw, dt, [n * h])?;
+    let [o] = project(b, model, li, out, None, core, n, vw, dt, [n * h])?;
     Ok(o)
 }
 
@@ -260,7 +261,7 @@ fn record_full(
     let dt = [&a.wq, &a.wk, &a.wv].map(QMatrix::activation_dtype);
     let q_rows = if a.gated { 2 * qw } else { qw };
     let lens = [n * q_rows, n * kw, n * kw];
-    let [qg, k, v] = project(b, model, li, mats, normed, n, h, dt, lens)?;
+    let [qg, k, v] = project(b, model, li, mats, None, normed, n, h, dt, lens)?;
     let (q, split) = if a.gated {
         let q = b.alloc("attn_prep", BufKind::F32, n * qw)?;
         let gate = b.alloc("attn_prep", BufKind::F32, n * qw)?;
@@ -288,6 +289,6 @@ fn record_full(
     }
     let wo: [(Pick, NoBias); 1] = [(|m, l| &full(m, l).wo, None)];
     let dt = [a.wo.activation_dtype()];
-    let [o] = project(b, model, li, wo, attn, n, qw, dt, [n * h])?;
+    let [o] = project(b, model, li, wo, None, attn, n, qw, dt, [n * h])?;
     Ok(o)
 }

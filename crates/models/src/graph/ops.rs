@@ -8,7 +8,10 @@ use oxllm_kernels::attention::{store_kv, AttnMetadata, AttnShape};
 use oxllm_kernels::matmul::{add_bias, QMatrix};
 use oxllm_kernels::ops;
 use oxllm_kernels::pool::{for_parts_mut, SharedMut};
-use oxllm_runtime::{BufKind, BufRef, ExecCtx, Memory, Op, RuntimeError};
+use oxllm_runtime::{
+    BufKind, BufRef, ExecCtx, LayerWeight, MatmulJob, Memory, Op, OpDesc, RopeSpec, RuntimeError,
+    WeightId,
+};
 
 use crate::hybrid::HybridModel;
 use crate::LlamaModel;
@@ -80,6 +83,13 @@ impl<M: GraphModel> Op for Embed<M> {
     fn name(&self) -> &'static str {
         "embed"
     }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::Embed {
+            tokens: self.tokens,
+            out: self.out,
+            hidden: self.model.hidden(),
+        })
+    }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.tokens, self.out] {
             visit(b);
@@ -110,6 +120,8 @@ pub(crate) struct RmsNorm<M = LlamaModel> {
     pub model: Arc<M>,
     pub layer: usize,
     pub weight: VecPick<M>,
+    /// The weight's id for device backends (`None`: the op runs on the host only).
+    pub weight_id: Option<WeightId>,
     pub x: BufRef,
     pub out: BufRef,
 }
@@ -117,6 +129,16 @@ pub(crate) struct RmsNorm<M = LlamaModel> {
 impl<M: GraphModel> Op for RmsNorm<M> {
     fn name(&self) -> &'static str {
         "rms_norm"
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        let cols = (self.weight)(&self.model, self.layer)?.len();
+        Some(OpDesc::RmsNorm {
+            weight: self.weight_id?,
+            x: self.x,
+            out: self.out,
+            cols,
+            eps: self.model.rms_eps(),
+        })
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.x, self.out] {
@@ -146,6 +168,15 @@ impl Op for Quantize {
     fn name(&self) -> &'static str {
         "quantize"
     }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::Quantize {
+            x: self.x,
+            out: self.out,
+            rows: self.rows,
+            cols: self.cols,
+            dtype: self.dtype,
+        })
+    }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.x, self.out] {
             visit(b);
@@ -166,6 +197,12 @@ pub(crate) struct Project<const N: usize, M = LlamaModel> {
     pub model: Arc<M>,
     pub layer: usize,
     pub mats: [(MatPick<M>, Option<VecPick<M>>); N],
+    /// The matrices' (and biases') ids for device backends (`None`: host only).
+    pub ids: Option<[(WeightId, Option<WeightId>); N]>,
+    /// The f32 rows (`rows x cols`) the activations were quantized from.
+    pub input: BufRef,
+    pub rows: usize,
+    pub cols: usize,
     pub acts: [BufRef; N],
     pub outs: [BufRef; N],
 }
@@ -175,7 +212,25 @@ impl<const N: usize, M: Send + Sync + 'static> Op for Project<N, M> {
         "matmul"
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        visit(self.input);
         self.acts.iter().chain(&self.outs).for_each(|&b| visit(b));
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        let ids = self.ids?;
+        let jobs = (0..N)
+            .map(|k| MatmulJob {
+                weight: ids[k].0,
+                bias: ids[k].1,
+                input: self.input,
+                acts: self.acts[k],
+                out: self.outs[k],
+            })
+            .collect();
+        Some(OpDesc::Matmul {
+            rows: self.rows,
+            cols: self.cols,
+            jobs,
+        })
     }
     fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         let name = self.name();
@@ -219,6 +274,29 @@ pub(crate) struct QkNormRope {
 impl Op for QkNormRope {
     fn name(&self) -> &'static str {
         "qk_norm_rope"
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        let (m, l) = (&self.model, self.layer as u32);
+        let layer = m.layers.get(self.layer)?;
+        let norms = (layer.q_norm.is_some() && layer.k_norm.is_some()).then_some((
+            WeightId::Layer(l, LayerWeight::QNorm),
+            WeightId::Layer(l, LayerWeight::KNorm),
+        ));
+        Some(OpDesc::QkNormRope {
+            q: self.q,
+            k: self.k,
+            positions: self.positions,
+            n_heads: m.config.n_heads,
+            n_kv_heads: m.config.n_kv_heads,
+            norms,
+            eps: m.config.rms_eps,
+            rope: RopeSpec {
+                split_half: m.rope.is_split_half(),
+                head_dim: m.rope.head_dim(),
+                rotary_dim: m.rope.rotary_dim(),
+                inv_freq: m.rope.inv_freq().to_vec(),
+            },
+        })
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.q, self.k, self.positions] {
@@ -275,6 +353,16 @@ pub(crate) struct StoreKv {
 impl Op for StoreKv {
     fn name(&self) -> &'static str {
         "store_kv"
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::StoreKv {
+            slot_mapping: self.slot_mapping,
+            k: self.k,
+            v: self.v,
+            k_cache: self.k_cache,
+            v_cache: self.v_cache,
+            kv_width: self.kv_width,
+        })
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [
@@ -343,6 +431,20 @@ impl Op for Attention {
     fn name(&self) -> &'static str {
         "attention"
     }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::Attention {
+            q: self.q,
+            k_cache: self.k_cache,
+            v_cache: self.v_cache,
+            query_start_loc: self.query_start_loc,
+            seq_lens: self.seq_lens,
+            block_tables: self.block_tables,
+            block_table_stride: self.block_table_stride,
+            block_size: self.block_size,
+            shape: self.shape,
+            out: self.out,
+        })
+    }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [
             self.q,
@@ -400,6 +502,12 @@ impl Op for Add {
     fn name(&self) -> &'static str {
         "add"
     }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::Add {
+            acc: self.acc,
+            x: self.x,
+        })
+    }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.acc, self.x] {
             visit(b);
@@ -421,6 +529,12 @@ pub(crate) struct SiluMul {
 impl Op for SiluMul {
     fn name(&self) -> &'static str {
         "silu_mul"
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::SiluMul {
+            gate: self.gate,
+            up: self.up,
+        })
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.gate, self.up] {
@@ -457,6 +571,16 @@ pub(crate) struct GatherNorm<M = LlamaModel> {
 impl<M: GraphModel> Op for GatherNorm<M> {
     fn name(&self) -> &'static str {
         "final_norm"
+    }
+    fn desc(&self) -> Option<OpDesc> {
+        Some(OpDesc::GatherNorm {
+            x: self.x,
+            indices: self.logits_indices,
+            weight: WeightId::FinalNorm,
+            out: self.out,
+            cols: self.model.final_norm().len(),
+            eps: self.model.rms_eps(),
+        })
     }
     fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
         for b in [self.x, self.logits_indices, self.out] {
