@@ -451,6 +451,9 @@ impl<'t> EngineCore<'t> {
             };
             match decoder.push(t) {
                 Ok(delta) => text.push_str(&delta),
+                // A model may have more ids than its tokenizer (padded embedding rows): such an
+                // id has no spelling, so it adds no text.
+                Err(oxllm_tok::TokError::TokenIdOutOfRange { .. }) => {}
                 Err(e) => {
                     self.fail(
                         id,
