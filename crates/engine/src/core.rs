@@ -4,6 +4,13 @@
 //! `Error`; a request whose stream was dropped is aborted (blocks freed) before the next step;
 //! each request samples from its own seeded generator, so its output does not depend on what
 //! else is in the batch.
+//!
+//! Prompt logprobs: a request asking for them skips the prefix cache (every prompt position
+//! needs its logits, which a cache hit would not compute) and has each prompt row scored
+//! against the next prompt token in the steps that compute it; a position scored once is not
+//! scored again after a preemption. The scores travel on the request's first delta. With
+//! `max_tokens` 0 the request scores its prompt and finishes (`length`) without output: the
+//! token its last prompt row samples is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,8 +23,8 @@ use oxllm_structured::{Constraint, StructuredError};
 use oxllm_tok::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::runner::{ModelRunner, SampleJob};
-use crate::{EngineError, GenerationRequest, RequestEvent, TokenLogprob};
+use crate::runner::{ModelRunner, SampleJob, ScoreRow, StepResult};
+use crate::{EngineError, GenerationRequest, PromptLogprob, RequestEvent, TokenLogprob};
 
 /// A point-in-time view of the engine for metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -67,6 +74,23 @@ struct LiveRequest<'t> {
     /// Constrained decoding: the request's grammar and its next step's mask words.
     constraint: Option<Box<Constraint>>,
     mask: Vec<u32>,
+    /// Prompt logprobs being gathered, until the first delta carries them.
+    prompt_scores: Option<PromptScores>,
+    /// `max_tokens` 0: only the prompt is scored; sampled tokens are dropped.
+    score_only: bool,
+}
+
+/// A row to score and the prompt position its score belongs to.
+struct ScoreAt {
+    position: usize,
+    row: ScoreRow,
+}
+
+/// A request's prompt logprobs as its steps compute them.
+struct PromptScores {
+    top: usize,
+    /// One per prompt position; position 0 stays `None`.
+    values: Vec<Option<PromptLogprob>>,
 }
 
 pub(crate) struct EngineCore<'t> {
@@ -154,13 +178,22 @@ impl<'t> EngineCore<'t> {
             }
         }
         let prompt_tokens = req.prompt_ids.len();
+        let prompt_scores = p.prompt_logprobs.map(|top| PromptScores {
+            top,
+            values: vec![None; prompt_tokens],
+        });
+        let score_only = p.max_tokens == 0;
         let mask = req
             .constraint
             .as_ref()
             .map_or_else(Vec::new, |c| vec![0; c.mask_words()]);
-        self.scheduler.add_request(
-            Request::new(id, req.prompt_ids, p.max_tokens, stop_ids).with_group(group),
-        )?;
+        // Scoring the prompt alone still samples once, from its last row (dropped).
+        let mut request =
+            Request::new(id, req.prompt_ids, p.max_tokens.max(1), stop_ids).with_group(group);
+        if prompt_scores.is_some() {
+            request = request.without_prefix_cache();
+        }
+        self.scheduler.add_request(request)?;
         self.live.insert(
             id,
             LiveRequest {
@@ -174,6 +207,8 @@ impl<'t> EngineCore<'t> {
                 cached_tokens: None,
                 constraint: req.constraint,
                 mask,
+                prompt_scores,
+                score_only,
             },
         );
         Ok(())
@@ -247,6 +282,7 @@ impl<'t> EngineCore<'t> {
             .map(|(i, &id)| (id, i))
             .collect();
         let mask_failures = self.compute_masks(&sampling);
+        let scores = self.score_rows(&out);
         let mut jobs: Vec<Option<SampleJob<'_>>> = sampling.iter().map(|_| None).collect();
         for (id, live) in self.live.iter_mut() {
             if mask_failures.iter().any(|(f, _)| f == id) {
@@ -262,13 +298,18 @@ impl<'t> EngineCore<'t> {
                 });
             }
         }
-        let executed = self.runner.execute(&out, &mut jobs);
+        let score_rows: Vec<ScoreRow> = scores.iter().map(|(_, s)| s.row).collect();
+        let executed = self.runner.execute(&out, &mut jobs, &score_rows);
         let produced_at = Instant::now();
         drop(jobs);
         for (id, err) in mask_failures {
             self.fail(id, err.into());
         }
-        let (arrays, outcomes) = match executed {
+        let StepResult {
+            arrays,
+            outcomes,
+            scored,
+        } = match executed {
             Ok(r) => r,
             Err(e) => {
                 let err = Arc::new(e);
@@ -280,6 +321,16 @@ impl<'t> EngineCore<'t> {
                 return;
             }
         };
+        for ((id, row), value) in scores.iter().zip(scored) {
+            let slot = self
+                .live
+                .get_mut(id)
+                .and_then(|l| l.prompt_scores.as_mut())
+                .and_then(|p| p.values.get_mut(row.position));
+            if let Some(slot) = slot {
+                *slot = value;
+            }
+        }
         let mut sampled = Vec::with_capacity(arrays.sample_req_ids.len());
         let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
         for (&id, outcome) in arrays.sample_req_ids.iter().zip(outcomes) {
@@ -345,6 +396,45 @@ impl<'t> EngineCore<'t> {
         self.publish_stats();
     }
 
+    /// This step's prompt rows to score: for each request gathering prompt logprobs, every
+    /// computed row whose next position is a prompt token not scored yet.
+    fn score_rows(&self, out: &oxllm_sched::SchedulerOutput) -> Vec<(ReqId, ScoreAt)> {
+        let mut rows = Vec::new();
+        let mut first_row = 0usize;
+        for seq in &out.scheduled {
+            let n = seq.token_ids.len();
+            let wanted = self
+                .live
+                .get(&seq.req_id)
+                .and_then(|l| l.prompt_scores.as_ref());
+            let prompt = self.scheduler.request(seq.req_id).map(|r| r.prompt());
+            if let (Some(scores), Some(prompt)) = (wanted, prompt) {
+                for i in 0..n {
+                    let next = seq.start_pos + i + 1;
+                    if next >= prompt.len() {
+                        break;
+                    }
+                    if scores.values[next].is_some() {
+                        continue;
+                    }
+                    rows.push((
+                        seq.req_id,
+                        ScoreAt {
+                            position: next,
+                            row: ScoreRow {
+                                row: (first_row + i) as u32,
+                                token: prompt[next],
+                                top: scores.top,
+                            },
+                        },
+                    ));
+                }
+            }
+            first_row += n;
+        }
+        rows
+    }
+
     /// Fills the masks of this step's constrained sampling rows; returns the requests whose
     /// grammar failed (they are failed after the step, like a failed draw).
     fn compute_masks(&mut self, sampling: &[ReqId]) -> Vec<(ReqId, StructuredError)> {
@@ -378,6 +468,27 @@ impl<'t> EngineCore<'t> {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
+        let prompt_logprobs = live.prompt_scores.take().map(|p| p.values);
+        if live.score_only {
+            // The prompt was all that was asked for: drop the token its last row sampled.
+            let _ = live.tx.send(RequestEvent::Delta {
+                token_ids: Vec::new(),
+                text: String::new(),
+                logprobs: Vec::new(),
+                prompt_logprobs,
+                produced_at,
+            });
+            let _ = live.tx.send(RequestEvent::Finished {
+                reason: FinishReason::Length,
+                text: String::new(),
+                prompt_tokens: live.prompt_tokens,
+                completion_tokens: 0,
+                cached_tokens: live.cached_tokens.unwrap_or(0),
+            });
+            self.live.remove(&id);
+            self.scheduler.finish_with(id, FinishReason::Length);
+            return;
+        }
         live.completion_tokens += token_ids.len();
         let mut text = String::new();
         for &t in &token_ids {
@@ -409,6 +520,7 @@ impl<'t> EngineCore<'t> {
             token_ids,
             text: std::mem::take(&mut emitted),
             logprobs,
+            prompt_logprobs,
             produced_at,
         });
         if let Some(reason) = finish {
