@@ -4,6 +4,13 @@
 //! `Error`; a request whose stream was dropped is aborted (blocks freed) before the next step;
 //! each request samples from its own seeded generator, so its output does not depend on what
 //! else is in the batch.
+//!
+//! Prompt logprobs: a request asking for them skips the prefix cache (every prompt position
+//! needs its logits, which a cache hit would not compute) and has each prompt row scored
+//! against the next prompt token in the steps that compute it; a position scored once is not
+//! scored again after a preemption. The scores travel on the request's first delta. With
+//! `max_tokens` 0 the request scores its prompt and finishes (`length`) without output: the
+//! token its last prompt row samples is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,8 +23,9 @@ use oxllm_structured::{Constraint, StructuredError};
 use oxllm_tok::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::runner::{ModelRunner, SampleJob, SampleOutcome};
-use crate::{EngineError, GenerationRequest, RequestEvent, TokenLogprob};
+use crate::runner::{ModelRunner, SampleJob, SampleOutcome, ScoreRow, StepResult};
+use crate::{EngineError, GenerationRequest, PromptLogprob, RequestEvent, TokenLogprob};
+use oxllm_sample::ScoredToken;
 
 /// A point-in-time view of the engine for metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -66,9 +74,14 @@ pub(crate) struct StepPlan {
 /// What the model drew for a [`StepPlan`]: each sampling row's request and outcome (or the
 /// step's error), and when the tokens were produced.
 pub(crate) struct StepRun {
-    rows: Result<Vec<(ReqId, SampleOutcome)>, EngineError>,
+    /// Each sampling row's outcome, and each scored prompt row's value.
+    rows: Result<StepRows, EngineError>,
+    /// The prompt positions the step scored (prompt logprobs), in row order.
+    scores: Vec<(ReqId, ScoreAt)>,
     produced_at: Instant,
 }
+
+type StepRows = (Vec<(ReqId, SampleOutcome)>, Vec<Option<ScoredToken>>);
 
 struct LiveRequest<'t> {
     tx: UnboundedSender<RequestEvent>,
@@ -83,6 +96,23 @@ struct LiveRequest<'t> {
     /// Constrained decoding: the request's grammar and its next step's mask words.
     constraint: Option<Box<Constraint>>,
     mask: Vec<u32>,
+    /// Prompt logprobs being gathered, until the first delta carries them.
+    prompt_scores: Option<PromptScores>,
+    /// `max_tokens` 0: only the prompt is scored; sampled tokens are dropped.
+    score_only: bool,
+}
+
+/// A row to score and the prompt position its score belongs to.
+struct ScoreAt {
+    position: usize,
+    row: ScoreRow,
+}
+
+/// A request's prompt logprobs as its steps compute them.
+struct PromptScores {
+    top: usize,
+    /// One per prompt position; position 0 stays `None`.
+    values: Vec<Option<PromptLogprob>>,
 }
 
 pub(crate) struct EngineCore<'t> {
@@ -180,13 +210,22 @@ impl<'t> EngineCore<'t> {
             }
         }
         let prompt_tokens = req.prompt_ids.len();
+        let prompt_scores = p.prompt_logprobs.map(|top| PromptScores {
+            top,
+            values: vec![None; prompt_tokens],
+        });
+        let score_only = p.max_tokens == 0;
         let mask = req
             .constraint
             .as_ref()
             .map_or_else(Vec::new, |c| vec![0; c.mask_words()]);
-        self.scheduler.add_request(
-            Request::new(id, req.prompt_ids, p.max_tokens, stop_ids).with_group(group),
-        )?;
+        // Scoring the prompt alone still samples once, from its last row (dropped).
+        let mut request =
+            Request::new(id, req.prompt_ids, p.max_tokens.max(1), stop_ids).with_group(group);
+        if prompt_scores.is_some() {
+            request = request.without_prefix_cache();
+        }
+        self.scheduler.add_request(request)?;
         self.live.insert(
             id,
             LiveRequest {
@@ -200,6 +239,8 @@ impl<'t> EngineCore<'t> {
                 cached_tokens: None,
                 constraint: req.constraint,
                 mask,
+                prompt_scores,
+                score_only,
             },
         );
         Ok(())
@@ -298,6 +339,7 @@ impl<'t> EngineCore<'t> {
             .enumerate()
             .map(|(i, &id)| (id, i))
             .collect();
+        let scores = self.score_rows(&plan.out);
         let mut jobs: Vec<Option<SampleJob<'_>>> = plan.sampling.iter().map(|_| None).collect();
         for (id, live) in self.live.iter_mut() {
             if plan.mask_failures.iter().any(|(f, _)| f == id) {
@@ -313,12 +355,20 @@ impl<'t> EngineCore<'t> {
                 });
             }
         }
-        let executed = self.runner.execute(&plan.out, &mut jobs);
+        let score_rows: Vec<ScoreRow> = scores.iter().map(|(_, s)| s.row).collect();
+        let executed = self.runner.execute(&plan.out, &mut jobs, &score_rows);
         let produced_at = Instant::now();
         StepRun {
-            rows: executed.map(|(arrays, outcomes)| {
-                arrays.sample_req_ids.into_iter().zip(outcomes).collect()
+            rows: executed.map(|r: StepResult| {
+                let rows = r
+                    .arrays
+                    .sample_req_ids
+                    .into_iter()
+                    .zip(r.outcomes)
+                    .collect();
+                (rows, r.scored)
             }),
+            scores,
             produced_at,
         }
     }
@@ -333,8 +383,13 @@ impl<'t> EngineCore<'t> {
         for (id, err) in mask_failures {
             self.fail(id, err.into());
         }
-        let rows = match run.rows {
-            Ok(rows) => rows,
+        let StepRun {
+            rows,
+            scores,
+            produced_at,
+        } = run;
+        let (rows, scored) = match rows {
+            Ok(r) => r,
             Err(e) => {
                 let err = Arc::new(e);
                 let ids: Vec<ReqId> = out.scheduled.iter().map(|s| s.req_id).collect();
@@ -345,6 +400,16 @@ impl<'t> EngineCore<'t> {
                 return;
             }
         };
+        for ((id, row), value) in scores.iter().zip(scored) {
+            let slot = self
+                .live
+                .get_mut(id)
+                .and_then(|l| l.prompt_scores.as_mut())
+                .and_then(|p| p.values.get_mut(row.position));
+            if let Some(slot) = slot {
+                *slot = value;
+            }
+        }
         let mut sampled = Vec::with_capacity(rows.len());
         let mut logprobs: HashMap<ReqId, TokenLogprob> = HashMap::new();
         for (id, outcome) in rows {
@@ -404,10 +469,49 @@ impl<'t> EngineCore<'t> {
                 upd.new_token_ids,
                 upd.finish_reason,
                 logprobs.remove(&upd.req_id),
-                run.produced_at,
+                produced_at,
             );
         }
         self.publish_stats();
+    }
+
+    /// This step's prompt rows to score: for each request gathering prompt logprobs, every
+    /// computed row whose next position is a prompt token not scored yet.
+    fn score_rows(&self, out: &oxllm_sched::SchedulerOutput) -> Vec<(ReqId, ScoreAt)> {
+        let mut rows = Vec::new();
+        let mut first_row = 0usize;
+        for seq in &out.scheduled {
+            let n = seq.token_ids.len();
+            let wanted = self
+                .live
+                .get(&seq.req_id)
+                .and_then(|l| l.prompt_scores.as_ref());
+            let prompt = self.scheduler.request(seq.req_id).map(|r| r.prompt());
+            if let (Some(scores), Some(prompt)) = (wanted, prompt) {
+                for i in 0..n {
+                    let next = seq.start_pos + i + 1;
+                    if next >= prompt.len() {
+                        break;
+                    }
+                    if scores.values[next].is_some() {
+                        continue;
+                    }
+                    rows.push((
+                        seq.req_id,
+                        ScoreAt {
+                            position: next,
+                            row: ScoreRow {
+                                row: (first_row + i) as u32,
+                                token: prompt[next],
+                                top: scores.top,
+                            },
+                        },
+                    ));
+                }
+            }
+            first_row += n;
+        }
+        rows
     }
 
     /// Fills the masks of this step's constrained sampling rows; returns the requests whose
@@ -443,6 +547,27 @@ impl<'t> EngineCore<'t> {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
+        let prompt_logprobs = live.prompt_scores.take().map(|p| p.values);
+        if live.score_only {
+            // The prompt was all that was asked for: drop the token its last row sampled.
+            let _ = live.tx.send(RequestEvent::Delta {
+                token_ids: Vec::new(),
+                text: String::new(),
+                logprobs: Vec::new(),
+                prompt_logprobs,
+                produced_at,
+            });
+            let _ = live.tx.send(RequestEvent::Finished {
+                reason: FinishReason::Length,
+                text: String::new(),
+                prompt_tokens: live.prompt_tokens,
+                completion_tokens: 0,
+                cached_tokens: live.cached_tokens.unwrap_or(0),
+            });
+            self.live.remove(&id);
+            self.scheduler.finish_with(id, FinishReason::Length);
+            return;
+        }
         live.completion_tokens += token_ids.len();
         let mut text = String::new();
         for &t in &token_ids {
@@ -477,6 +602,7 @@ impl<'t> EngineCore<'t> {
             token_ids,
             text: std::mem::take(&mut emitted),
             logprobs,
+            prompt_logprobs,
             produced_at,
         });
         if let Some(reason) = finish {
@@ -661,7 +787,7 @@ mod tests {
         let mut rx = submit(&mut core, 1, &prompt, 4);
         let plan = core.plan_step().unwrap();
         let run = core.run_step(&plan);
-        let rows = run.rows.as_ref().expect("the step runs");
+        let (rows, _) = run.rows.as_ref().expect("the step runs");
         assert_eq!(rows.len(), 1);
         let (id, outcome) = &rows[0];
         let token = outcome.as_ref().unwrap().as_ref().unwrap().token;
@@ -684,7 +810,8 @@ mod tests {
             }))
         };
         let run = StepRun {
-            rows: Ok(vec![(1, drawn(7)), (2, drawn(9))]),
+            rows: Ok((vec![(1, drawn(7)), (2, drawn(9))], Vec::new())),
+            scores: Vec::new(),
             produced_at: Instant::now(),
         };
         core.deliver_step(plan, run);
@@ -716,6 +843,7 @@ mod tests {
         let plan = core.plan_step().unwrap();
         let run = StepRun {
             rows: Err(EngineError::Config("injected".into())),
+            scores: Vec::new(),
             produced_at: Instant::now(),
         };
         core.deliver_step(plan, run);

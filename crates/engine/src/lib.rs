@@ -30,5 +30,5 @@ pub use config::{
 pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};
 pub use kv_events::{BlockHash, KvEvent, KvEventBatch, KvEventReceiver, KV_EVENT_BUFFER};
-pub use request::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
+pub use request::{GenerationRequest, PromptLogprob, RequestEvent, RequestStream, TokenLogprob};
 pub use states::{plan_states, StatePlan};

@@ -30,6 +30,9 @@ pub struct TokenLogprob {
     pub top: Vec<(u32, f32)>,
 }
 
+/// One prompt token's logprob given the tokens before it (its rank and top alternatives too).
+pub type PromptLogprob = oxllm_sample::ScoredToken;
+
 /// One message on a request's stream. A stream ends with exactly one `Finished` or `Error`.
 #[derive(Clone, Debug)]
 pub enum RequestEvent {
@@ -39,6 +42,9 @@ pub enum RequestEvent {
         token_ids: Vec<u32>,
         text: String,
         logprobs: Vec<TokenLogprob>,
+        /// On a request's first delta when it asked for prompt logprobs: one entry per prompt
+        /// token, `None` for the first (nothing precedes it).
+        prompt_logprobs: Option<Vec<Option<PromptLogprob>>>,
         /// When the engine had these tokens (right after the step that sampled them), so a
         /// benchmark's timing does not depend on when a reader thread got to run.
         produced_at: Instant,

@@ -13,6 +13,11 @@
 //! state slots, restores and checkpoints as step inputs of fixed capacity; padded sequences get
 //! slot `u32::MAX` and restore -1, unused checkpoint entries row `u32::MAX`, so padding advances
 //! no state (see `oxllm_models::graph::record_hybrid_forward`).
+//!
+//! Prompt logprobs: a step may also *score* rows ([`ScoreRow`]: a row's logits against the
+//! prompt's next token). Their logits rows follow the sampling rows, and such a step always runs
+//! eager (buckets carry one logits row per sequence); eager and replay compute every row the
+//! same way, so the sampled tokens of the step are those a replay would give.
 
 use std::time::Instant;
 
@@ -21,7 +26,7 @@ use oxllm_models::graph::{record_forward, KvBuffers, StateBuffers, StepBuffers, 
 use oxllm_models::{ForwardBatch, Model, ModelError, ModelKind};
 use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, ReferenceBackend};
 use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
-use oxllm_sample::{SampleError, Sampled, Sampler};
+use oxllm_sample::{SampleError, Sampled, Sampler, ScoredToken};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
 
 use crate::buckets::{decode_buckets, needed, prefill_buckets, BucketKind, PlanReport};
@@ -37,8 +42,20 @@ pub(crate) struct SampleJob<'a> {
     pub mask: Option<&'a [u32]>,
 }
 
+/// A row of the flat batch whose logits score a given token (prompt logprobs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ScoreRow {
+    pub row: u32,
+    pub token: u32,
+    /// Top alternatives to list.
+    pub top: usize,
+}
+
 /// A sampling row's result; `None` when the row had no job.
 pub(crate) type SampleOutcome = Option<Result<Sampled, SampleError>>;
+
+/// What one step's run gives: whether a plan was replayed, each job's outcome, each score.
+type RunOutcome = (bool, Vec<SampleOutcome>, Vec<Option<ScoredToken>>);
 
 /// How the runner's steps ran so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -294,16 +311,24 @@ impl ModelRunner {
     /// Runs one step: writes the inputs (padded to a bucket when one serves the step), moves
     /// each job's sampler into its sample row, runs the plan or the eager ops, and moves the
     /// samplers back. `jobs[j]` samples the `j`-th entry of `arrays.logits_indices` (`None`:
-    /// nobody samples it). Returns whether a plan was replayed and each job's outcome.
+    /// nobody samples it); the entries after the jobs' are `scores`' rows. Returns whether a
+    /// plan was replayed, each job's outcome and each score.
     fn run(
         &mut self,
         arrays: &BatchArrays,
         jobs: &mut [Option<SampleJob<'_>>],
+        scores: &[ScoreRow],
         profile: Option<&mut OpProfile>,
-    ) -> Result<(bool, Vec<SampleOutcome>), EngineError> {
+    ) -> Result<RunOutcome, EngineError> {
         let rt = |e: oxllm_runtime::RuntimeError| EngineError::Model(e.into());
-        let bucket = self.pick_bucket(arrays);
-        let n_jobs = arrays.logits_indices.len();
+        // Buckets have one logits row per sequence; a scoring step runs eager.
+        let bucket = if scores.is_empty() {
+            self.pick_bucket(arrays)
+        } else {
+            None
+        };
+        let n_jobs = jobs.len();
+        let n_logits = arrays.logits_indices.len();
         let (view, job_rows): (_, Vec<usize>) = match bucket {
             Some(i) => {
                 let b = &self.buckets[i];
@@ -318,7 +343,7 @@ impl ModelRunner {
             }
             None => (
                 self.inputs
-                    .view(arrays.token_ids.len(), arrays.seq_lens.len(), n_jobs),
+                    .view(arrays.token_ids.len(), arrays.seq_lens.len(), n_logits),
                 (0..n_jobs).collect(),
             ),
         };
@@ -341,6 +366,10 @@ impl ModelRunner {
             for row in rows.rows.iter_mut() {
                 row.active = false;
                 row.masked = false;
+                row.score = None;
+            }
+            for (row, s) in rows.rows.iter_mut().skip(n_jobs).zip(scores) {
+                row.score = Some((s.token, s.top));
             }
             for (job, &r) in jobs.iter_mut().zip(&job_rows) {
                 let (Some(job), Some(row)) = (job, rows.rows.get_mut(r)) else {
@@ -390,7 +419,14 @@ impl ModelRunner {
             row.active = false;
             outcomes.push(row.result.take());
         }
-        result.map(|()| (bucket.is_some(), outcomes))
+        let scored = (0..scores.len())
+            .map(|k| {
+                let row = rows.rows.get_mut(n_jobs + k)?;
+                row.score = None;
+                row.scored.take()
+            })
+            .collect();
+        result.map(|()| (bucket.is_some(), outcomes, scored))
     }
 
     fn run_eager(&mut self, view: &StepView) -> Result<(), EngineError> {
@@ -491,23 +527,26 @@ impl ModelRunner {
         &self.report
     }
 
-    /// Runs one step; `jobs[j]` samples the `j`-th sampling row (`arrays.sample_req_ids[j]`).
-    /// Returns the flat arrays and each row's outcome.
+    /// Runs one step; `jobs[j]` samples the `j`-th sampling row (`arrays.sample_req_ids[j]`)
+    /// and `scores[k]` scores a row's logits against a token. Returns the flat arrays, each
+    /// sampling row's outcome and each score (`None` only if the row was out of reach).
     pub(crate) fn execute(
         &mut self,
         out: &SchedulerOutput,
         jobs: &mut [Option<SampleJob<'_>>],
-    ) -> Result<(BatchArrays, Vec<SampleOutcome>), EngineError> {
-        self.execute_profiled(out, jobs, None)
+        scores: &[ScoreRow],
+    ) -> Result<StepResult, EngineError> {
+        self.execute_profiled(out, jobs, scores, None)
     }
 
     pub(crate) fn execute_profiled(
         &mut self,
         out: &SchedulerOutput,
         jobs: &mut [Option<SampleJob<'_>>],
+        scores: &[ScoreRow],
         profile: Option<&mut OpProfile>,
-    ) -> Result<(BatchArrays, Vec<SampleOutcome>), EngineError> {
-        let arrays = out.to_batch_arrays(self.block_size)?;
+    ) -> Result<StepResult, EngineError> {
+        let mut arrays = out.to_batch_arrays(self.block_size)?;
         if jobs.len() != arrays.sample_req_ids.len() {
             return Err(EngineError::Config(format!(
                 "{} sampling jobs for {} sampling rows",
@@ -515,6 +554,14 @@ impl ModelRunner {
                 arrays.sample_req_ids.len()
             )));
         }
+        let rows = arrays.token_ids.len();
+        if let Some(bad) = scores.iter().find(|s| s.row as usize >= rows) {
+            return Err(EngineError::Config(format!(
+                "score row {} outside a step of {rows} rows",
+                bad.row
+            )));
+        }
+        arrays.logits_indices.extend(scores.iter().map(|s| s.row));
         let batch = batch_of(&arrays, self.block_size);
         batch
             .validate(self.num_slots(), self.block_size)
@@ -523,14 +570,26 @@ impl ModelRunner {
             oxllm_models::hybrid::validate_state_slots(&batch, self.num_state_slots())
                 .map_err(EngineError::Model)?;
         }
-        let (replayed, outcomes) = self.run(&arrays, jobs, profile)?;
+        let (replayed, outcomes, scored) = self.run(&arrays, jobs, scores, profile)?;
         if replayed {
             self.counts.replayed += 1;
         } else {
             self.counts.eager += 1;
         }
-        Ok((arrays, outcomes))
+        Ok(StepResult {
+            arrays,
+            outcomes,
+            scored,
+        })
     }
+}
+
+/// What one step gave back: its flat arrays (logits rows: the sampling rows, then the score
+/// rows), each sampling row's outcome, and each score row's result.
+pub(crate) struct StepResult {
+    pub arrays: BatchArrays,
+    pub outcomes: Vec<SampleOutcome>,
+    pub scored: Vec<Option<ScoredToken>>,
 }
 
 /// `dst[..src.len()] = src`, the rest `pad`.

@@ -26,6 +26,7 @@ mod truncate;
 
 pub use error::{SampleError, SamplingError};
 pub use finish::check_stop_token;
+pub use logprobs::{score_token, ScoredToken};
 pub use params::{SamplingParams, GREEDY_EPSILON, MAX_LOGPROBS, MAX_N, MAX_TEMPERATURE};
 pub use rng::Rng;
 pub use sampler::{Sampled, Sampler};

@@ -52,9 +52,55 @@ pub(crate) fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
     best
 }
 
+/// A given token's place in one raw logits row: what prompt logprobs report for each prompt
+/// token (the row is the model's prediction for the token's position).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoredToken {
+    pub token: u32,
+    /// `log_softmax(logits)[token]`, computed as [`crate::Sampler`] computes a sampled token's.
+    pub logprob: f32,
+    /// 1 + the number of tokens strictly more likely (vLLM's rank).
+    pub rank: usize,
+    /// The `top` most likely tokens with their logprobs, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Scores `token` against `logits` and lists the `top` most likely tokens. A token outside the
+/// vocabulary gets logprob `-inf` and the rank after every token.
+pub fn score_token(logits: &[f32], token: u32, top: usize) -> ScoredToken {
+    let lse = log_sum_exp(logits);
+    let own = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&x| clean(x));
+    let above = logits.iter().filter(|&&x| clean(x) > own).count();
+    ScoredToken {
+        token,
+        logprob: own - lse,
+        rank: above + 1,
+        top: top_n(logits, top)
+            .into_iter()
+            .map(|(t, l)| (t, l - lse))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn score_matches_log_softmax_and_counts_rank() {
+        let l = [1.0f32, 3.0, 2.0, 3.0, f32::NAN];
+        let lse = log_sum_exp(&l);
+        let s = score_token(&l, 2, 2);
+        assert_eq!(s.logprob, 2.0 - lse);
+        assert_eq!(s.rank, 3, "two tokens are strictly more likely");
+        assert_eq!(s.top, vec![(1, 3.0 - lse), (3, 3.0 - lse)]);
+        assert_eq!(score_token(&l, 3, 0).rank, 1, "ties share the better rank");
+        let outside = score_token(&l, 99, 0);
+        assert_eq!(outside.logprob, f32::NEG_INFINITY);
+        assert_eq!(outside.rank, 5);
+    }
 
     #[test]
     fn lse_matches_direct_formula() {

@@ -48,7 +48,8 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Seed of the request's RNG; `None` = the engine derives one per request.
     pub seed: Option<u64>,
-    /// Most tokens to generate; at least 1.
+    /// Most tokens to generate; at least 1, or 0 when `prompt_logprobs` is set (score the
+    /// prompt only, as an evaluation harness's loglikelihood requests do).
     pub max_tokens: usize,
     /// Stop strings: the output text ends right before the first one that appears. At most
     /// [`MAX_STOP_STRINGS`] strings of [`MAX_STOP_BYTES`] together; shared, not copied, by
@@ -61,6 +62,9 @@ pub struct SamplingParams {
     /// Report the sampled token's logprob and this many top alternatives (`Some(0)` = only the
     /// sampled token's); at most [`MAX_LOGPROBS`].
     pub logprobs: Option<usize>,
+    /// Report each prompt token's logprob (given the tokens before it), its rank and this many
+    /// top alternatives (`Some(0)` = only the prompt token's); at most [`MAX_LOGPROBS`].
+    pub prompt_logprobs: Option<usize>,
     /// Number of choices to generate for the prompt; in `[1, 128]`.
     pub n: usize,
 }
@@ -81,6 +85,7 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            prompt_logprobs: None,
             n: 1,
         }
     }
@@ -138,12 +143,19 @@ impl SamplingParams {
                 return Err(out(field, v, "in [-2, 2]"));
             }
         }
-        if self.max_tokens == 0 {
-            return Err(out("max_tokens", 0, "at least 1"));
+        if self.max_tokens == 0 && self.prompt_logprobs.is_none() {
+            return Err(out(
+                "max_tokens",
+                0,
+                "at least 1 (0 only when prompt logprobs are asked for)",
+            ));
         }
-        if let Some(l) = self.logprobs {
-            if l > MAX_LOGPROBS {
-                return Err(out("logprobs", l, "at most 20"));
+        for (field, n) in [
+            ("logprobs", self.logprobs),
+            ("prompt_logprobs", self.prompt_logprobs),
+        ] {
+            if let Some(l) = n.filter(|&l| l > MAX_LOGPROBS) {
+                return Err(out(field, l, "at most 20"));
             }
         }
         if !(1..=MAX_N).contains(&self.n) {
@@ -292,6 +304,13 @@ mod tests {
             ),
             (
                 SamplingParams {
+                    prompt_logprobs: Some(21),
+                    ..d()
+                },
+                "prompt_logprobs",
+            ),
+            (
+                SamplingParams {
                     logprobs: Some(21),
                     ..d()
                 },
@@ -339,6 +358,9 @@ mod tests {
             logprobs: Some(20),
             n: 128,
             top_k: Some(0),
+            // Scoring the prompt alone.
+            max_tokens: 0,
+            prompt_logprobs: Some(20),
             ..d()
         };
         assert_eq!(edge.validate(), Ok(()));

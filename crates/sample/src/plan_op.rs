@@ -7,6 +7,11 @@
 //! the same [`Sampler::sample`] an eager step runs, so replay and eager draw identical tokens.
 //! Padded rows are inactive and produce [`NO_TOKEN`].
 //!
+//! Prompt logprobs: a row that samples nothing may instead *score* a given token
+//! ([`SampleRow::score`]): the op writes its logprob, rank and top alternatives
+//! ([`crate::score_token`], the sampler's own log-softmax) into [`SampleRow::scored`]. Scoring
+//! reads the row and draws nothing, so sampled rows beside it are unchanged.
+//!
 //! Constrained decoding: the op may read a token-mask buffer (`u32` words, `ceil(vocab / 32)`
 //! per row, bit `t % 32` of word `t / 32` set when token `t` is allowed). A row flagged
 //! `masked` has every disallowed logit set to `-inf` before its sampler runs; other rows never
@@ -17,7 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use oxllm_kernels::pool::SharedMut;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
-use crate::{SampleError, Sampled, Sampler, SamplingError, SamplingParams};
+use crate::{
+    score_token, SampleError, Sampled, Sampler, SamplingError, SamplingParams, ScoredToken,
+};
 
 /// The token id written for inactive (padded) rows.
 pub const NO_TOKEN: u32 = u32::MAX;
@@ -32,6 +39,9 @@ pub struct SampleRow {
     /// The row's bits in the op's mask buffer hold this step's allowed tokens.
     pub masked: bool,
     pub result: Option<Result<Sampled, SampleError>>,
+    /// For an inactive row: score this token with this many top alternatives.
+    pub score: Option<(u32, usize)>,
+    pub scored: Option<ScoredToken>,
 }
 
 /// The sampling state of every row a plan can sample.
@@ -51,6 +61,8 @@ impl SampleRows {
                 output: Vec::new(),
                 masked: false,
                 result: None,
+                score: None,
+                scored: None,
             })
             .collect();
         Ok(SampleRows { rows })
@@ -124,6 +136,9 @@ impl Op for SampleOp {
             if !row.active {
                 *id = NO_TOKEN;
                 row.result = None;
+                row.scored = row
+                    .score
+                    .map(|(token, top)| score_token(row_logits, token, top));
                 return;
             }
             if row.masked {
@@ -141,7 +156,10 @@ impl Op for SampleOp {
             *id = result.as_ref().map_or(NO_TOKEN, |s| s.token);
             row.result = Some(result);
         };
-        let active = rows.rows[..n].iter().filter(|r| r.active).count();
+        let active = rows.rows[..n]
+            .iter()
+            .filter(|r| r.active || r.score.is_some())
+            .count();
         if cx.pool.n_threads() <= 1 || active <= 1 {
             for (i, ((row, id), row_logits)) in rows.rows[..n]
                 .iter_mut()

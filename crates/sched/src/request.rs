@@ -28,6 +28,9 @@ pub struct Request {
     /// The submission this request came with (the choices of one API request share it); the
     /// unit between which running slots are shared fairly. Its own id unless set.
     group: ReqId,
+    /// Computes every token even when a cached prefix holds it (a request that needs each
+    /// prompt position's logits, e.g. for prompt logprobs).
+    skip_prefix_cache: bool,
     pub(crate) num_computed_tokens: usize,
     pub(crate) status: RequestStatus,
     pub(crate) arrival: u64,
@@ -49,6 +52,7 @@ impl Request {
             max_tokens,
             stop_token_ids,
             group: id,
+            skip_prefix_cache: false,
             num_computed_tokens: 0,
             status: RequestStatus::Waiting,
             arrival: 0,
@@ -63,6 +67,18 @@ impl Request {
     pub fn with_group(mut self, group: ReqId) -> Self {
         self.group = group;
         self
+    }
+
+    /// Makes the request compute its whole prompt, never adopting cached blocks (its own
+    /// full blocks are still cached for others).
+    pub fn without_prefix_cache(mut self) -> Self {
+        self.skip_prefix_cache = true;
+        self
+    }
+
+    /// Whether the request computes its whole prompt whatever the prefix cache holds.
+    pub fn skips_prefix_cache(&self) -> bool {
+        self.skip_prefix_cache
     }
 
     /// The submission group: requests sharing it count as one for fair scheduling.

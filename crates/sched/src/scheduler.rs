@@ -220,7 +220,7 @@ impl Scheduler {
             let group = req.group();
             // A waiting request holds no blocks; a preempted one recomputes prompt + output.
             // Without a free state slot (hybrids) allocation fails like without blocks.
-            let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
+            let hit = self.prefix_hit(req);
             let num_cached = hit.num_computed_tokens(self.config.block_size);
             let num_new = (req.num_tokens() - num_cached).min(*budget);
             if self
@@ -294,11 +294,19 @@ impl Scheduler {
             return false;
         }
         let block_size = self.config.block_size;
-        let hit = self.kv.get_computed_blocks(req.all_tokens(), None);
+        let hit = self.prefix_hit(req);
         let num_cached = hit.num_computed_tokens(block_size);
         let first_step = (req.num_tokens() - num_cached).min(self.config.max_num_batched_tokens);
         let blocks = (num_cached + first_step).div_ceil(block_size);
         blocks.saturating_sub(hit.blocks().len()) <= self.kv.num_free_blocks()
+    }
+
+    /// The cached prefix `req` may adopt (none for a request that skips the prefix cache).
+    fn prefix_hit(&self, req: &Request) -> ComputedBlocks {
+        if req.skips_prefix_cache() {
+            return ComputedBlocks::default();
+        }
+        self.kv.get_computed_blocks(req.all_tokens(), None)
     }
 
     fn push_scheduled(

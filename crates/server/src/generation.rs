@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
-use oxllm_engine::{GenerationRequest, RequestEvent, RequestStream, TokenLogprob};
+use oxllm_engine::{GenerationRequest, PromptLogprob, RequestEvent, RequestStream, TokenLogprob};
 use oxllm_sample::SamplingParams;
 use oxllm_structured::Constraint;
 
@@ -230,6 +230,8 @@ pub struct Collected {
     pub token_ids: Vec<u32>,
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    /// When asked for: each prompt token's logprob (the first `None`).
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprob>>>,
     pub finish_reason: &'static str,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -246,11 +248,15 @@ pub async fn collect(mut run: Run) -> Result<Vec<Collected>, ApiError> {
                 token_ids,
                 text,
                 logprobs,
+                prompt_logprobs,
                 ..
             } => {
                 c.token_ids.extend(token_ids);
                 c.text.push_str(&text);
                 c.logprobs.extend(logprobs);
+                if prompt_logprobs.is_some() {
+                    c.prompt_logprobs = prompt_logprobs;
+                }
             }
             RequestEvent::Finished {
                 reason,

@@ -1,13 +1,77 @@
 //! Engine logprobs → the two OpenAI shapes: completions' parallel lists (`tokens`,
 //! `token_logprobs`, `top_logprobs` as `{text: logprob}`, `text_offset`) and chat's
-//! `content: [{token, logprob, bytes, top_logprobs}]`.
+//! `content: [{token, logprob, bytes, top_logprobs}]`; and prompt logprobs in both the
+//! completions lists (`echo` with `logprobs`: the first prompt token's entries `null`, as
+//! OpenAI and vLLM write them) and vLLM's `prompt_logprobs` (token id ->
+//! `{logprob, rank, decoded_token}`, the prompt token and its top alternatives).
 
-use oxllm_engine::TokenLogprob;
+use oxllm_engine::{PromptLogprob, TokenLogprob};
 use serde_json::{Map, Value};
 
 use crate::protocol::chat::{ChatLogprobs, ChatTokenLogprob, TopLogprob};
-use crate::protocol::completions::CompletionLogprobs;
+use crate::protocol::completions::{CompletionLogprobs, PromptLogprobEntry, PromptTokenLogprobs};
 use crate::state::AppState;
+
+/// Completions logprobs of an echoed prompt `ids` from its scores (`scores[0]` is `None`);
+/// offsets start at 0 and `offset` ends past the prompt's tokens.
+pub fn echoed_prompt(
+    state: &AppState,
+    ids: &[u32],
+    scores: &[Option<PromptLogprob>],
+    offset: &mut usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    for (pos, &id) in ids.iter().enumerate() {
+        let text = state.token_text(id);
+        out.tokens.push(text.to_string());
+        let score = scores.get(pos).and_then(Option::as_ref);
+        out.token_logprobs.push(score.map(|s| finite(s.logprob)));
+        out.top_logprobs.push(score.map(|s| {
+            s.top
+                .iter()
+                .map(|&(t, l)| (state.token_text(t).to_string(), Value::from(finite(l))))
+                .collect()
+        }));
+        out.text_offset.push(*offset);
+        *offset += text.chars().count();
+    }
+    out
+}
+
+/// vLLM's `prompt_logprobs` from the engine's scores.
+pub fn vllm_prompt(
+    state: &AppState,
+    scores: &[Option<PromptLogprob>],
+) -> Vec<Option<PromptTokenLogprobs>> {
+    scores
+        .iter()
+        .map(|s| {
+            s.as_ref().map(|s| {
+                let entry = |logprob: f32, rank: usize, id: u32| PromptLogprobEntry {
+                    logprob: finite(logprob),
+                    rank,
+                    decoded_token: state.token_text(id).to_string(),
+                };
+                let mut m: PromptTokenLogprobs = s
+                    .top
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(t, l))| (t, entry(l, i + 1, t)))
+                    .collect();
+                m.insert(s.token, entry(s.logprob, s.rank, s.token));
+                m
+            })
+        })
+        .collect()
+}
+
+/// Appends `more` to `out` (the prompt's lists, then the completion's).
+pub fn extend(out: &mut CompletionLogprobs, more: CompletionLogprobs) {
+    out.tokens.extend(more.tokens);
+    out.token_logprobs.extend(more.token_logprobs);
+    out.top_logprobs.extend(more.top_logprobs);
+    out.text_offset.extend(more.text_offset);
+}
 
 /// Completions logprobs for `lps`; `offset` is the character offset of the first token's text
 /// in the choice's text and is advanced past the tokens.

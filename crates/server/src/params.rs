@@ -26,6 +26,19 @@ pub fn parse(
     max_tokens_param: &'static str,
     logprobs: Option<usize>,
 ) -> Result<Parsed, ApiError> {
+    parse_scoring(f, max_tokens, max_tokens_param, logprobs, None)
+}
+
+/// [`parse`] for a request that may also ask for prompt logprobs (`prompt_logprobs`: top
+/// alternatives per prompt token); such a request may set `max_tokens` 0 to score the prompt
+/// alone.
+pub fn parse_scoring(
+    f: &SamplingFields,
+    max_tokens: Option<i64>,
+    max_tokens_param: &'static str,
+    logprobs: Option<usize>,
+    prompt_logprobs: Option<usize>,
+) -> Result<Parsed, ApiError> {
     if f.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
         return Err(ApiError::invalid_param(
             "logit_bias",
@@ -51,11 +64,15 @@ pub fn parse(
     };
     let max_tokens = match max_tokens {
         None => None,
-        Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+        Some(m) if m >= 1 || (m == 0 && prompt_logprobs.is_some()) => {
+            Some(usize::try_from(m).unwrap_or(usize::MAX))
+        }
         Some(m) => {
             return Err(ApiError::invalid_param(
                 max_tokens_param,
-                format!("`{max_tokens_param}` must be at least 1, got {m}"),
+                format!(
+                    "`{max_tokens_param}` must be at least 1 (0 only with prompt logprobs), got {m}"
+                ),
             ))
         }
     };
@@ -90,6 +107,7 @@ pub fn parse(
         stop_token_ids: f.stop_token_ids.clone().unwrap_or_default(),
         ignore_eos: f.ignore_eos.unwrap_or(false),
         logprobs,
+        prompt_logprobs,
         n,
     };
     params

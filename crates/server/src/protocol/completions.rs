@@ -61,6 +61,8 @@ request_with_sampling! {
         pub prompt: PromptInput,
         pub echo: Option<bool>,
         pub logprobs: Option<i64>,
+        /// vLLM's extension: each prompt token's logprob and this many top alternatives.
+        pub prompt_logprobs: Option<i64>,
         pub best_of: Option<i64>,
         pub suffix: Option<String>,
         pub response_format: Option<serde_json::Value>,
@@ -105,6 +107,21 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// vLLM's `prompt_logprobs`: `null` for the first prompt token, then per position the
+    /// prompt token and the top alternatives by token id. Only when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptTokenLogprobs>>>,
+}
+
+/// One prompt position in vLLM's `prompt_logprobs` shape: token id (as a JSON key) ->
+/// `{logprob, rank, decoded_token}`.
+pub type PromptTokenLogprobs = std::collections::BTreeMap<u32, PromptLogprobEntry>;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PromptLogprobEntry {
+    pub logprob: f32,
+    pub rank: usize,
+    pub decoded_token: String,
 }
 
 /// A whole response (`object: "text_completion"`), and also one streamed chunk of it.

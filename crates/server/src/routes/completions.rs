@@ -1,5 +1,12 @@
 //! `POST /v1/completions`: text or token-id prompts (one or several), `n` samples each,
 //! `echo`, `logprobs`, streamed or whole.
+//!
+//! Prompt logprobs: `echo` with `logprobs` puts the prompt tokens first in the choice's
+//! `logprobs` lists (the first token's logprob and alternatives `null`); vLLM's
+//! `prompt_logprobs: k` adds the choice field `prompt_logprobs`. Either makes the engine score
+//! every prompt position (bypassing the prefix cache for that request), and allows
+//! `max_tokens` 0 (the prompt alone, as evaluation harnesses ask). Streamed, the echoed prompt
+//! and its logprobs come in one chunk once the prompt is scored.
 
 use std::collections::VecDeque;
 
@@ -16,7 +23,10 @@ use crate::logprobs;
 use crate::params::{self, fit_to_context};
 use crate::prompt::{self, blocking, Prompt};
 use crate::protocol::common::Usage;
-use crate::protocol::completions::{CompletionChoice, CompletionRequest, CompletionResponse, Skip};
+use crate::protocol::completions::{
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,
+    PromptTokenLogprobs, Skip,
+};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
@@ -43,13 +53,32 @@ pub async fn completions(
         }
     };
     let echo = req.echo.unwrap_or(false);
-    if echo && logprobs.is_some() {
-        return Err(ApiError::invalid_param(
-            "echo",
-            "echo together with logprobs is not supported (prompt logprobs are not computed)",
-        ));
-    }
-    let parsed = params::parse(&req.sampling(), req.max_tokens, "max_tokens", logprobs)?;
+    let vllm_prompt = match req.prompt_logprobs {
+        None => None,
+        Some(k) if k >= 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+        Some(k) => {
+            return Err(ApiError::invalid_param(
+                "prompt_logprobs",
+                format!("`prompt_logprobs` must be at least 0, got {k}"),
+            ))
+        }
+    };
+    let echo_logprobs = echo && logprobs.is_some();
+    let scoring = match (vllm_prompt, echo_logprobs.then_some(logprobs).flatten()) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let parsed = params::parse_scoring(
+        &req.sampling(),
+        req.max_tokens,
+        "max_tokens",
+        logprobs,
+        scoring,
+    )?;
+    let shape = PromptShape {
+        echo_logprobs,
+        vllm_prompt: vllm_prompt.is_some(),
+    };
     let constraint = match req.structured().spec()? {
         Some(r) => Some(structured::compile(&state, r).await?),
         None => None,
@@ -109,18 +138,23 @@ pub async fn completions(
     };
     if parsed.stream {
         let flags = (parsed.include_usage, logprobs.is_some());
-        let writer = Chunks::new(state, header, &run, echoes, flags);
+        let writer = Chunks::new(state, header, &run, (echoes, ids), flags, shape);
         return Ok(sse::respond(run, writer));
     }
     let n = run.n;
     let choices = generation::collect(run).await?;
+    let prompts = Prompts {
+        echoes: &echoes,
+        ids: &ids,
+    };
     Ok(Json(whole(
         &state,
         header,
         choices,
         n,
-        &echoes,
+        prompts,
         logprobs.is_some(),
+        shape,
     ))
     .into_response())
 }
@@ -148,6 +182,45 @@ async fn with_echo_text(state: &AppState, prompts: Vec<Prompt>) -> Result<Vec<Pr
     .await
 }
 
+/// Which prompt logprobs a response carries.
+#[derive(Clone, Copy, Debug)]
+struct PromptShape {
+    /// `echo` with `logprobs`: the prompt's tokens lead the `logprobs` lists.
+    echo_logprobs: bool,
+    /// vLLM's `prompt_logprobs` field.
+    vllm_prompt: bool,
+}
+
+/// Each prompt's echoed text (empty without `echo`) and token ids.
+#[derive(Clone, Copy)]
+struct Prompts<'a> {
+    echoes: &'a [String],
+    ids: &'a [Vec<u32>],
+}
+
+/// A choice's prompt logprobs in the shapes asked for: the echoed prompt's `logprobs` lists
+/// and vLLM's `prompt_logprobs`.
+fn prompt_parts(
+    state: &AppState,
+    shape: PromptShape,
+    ids: &[u32],
+    scores: Option<&[Option<oxllm_engine::PromptLogprob>]>,
+) -> (
+    Option<CompletionLogprobs>,
+    Option<Vec<Option<PromptTokenLogprobs>>>,
+) {
+    let Some(scores) = scores else {
+        return (None, None);
+    };
+    let echoed = shape
+        .echo_logprobs
+        .then(|| logprobs::echoed_prompt(state, ids, scores, &mut 0));
+    let vllm = shape
+        .vllm_prompt
+        .then(|| logprobs::vllm_prompt(state, scores));
+    (echoed, vllm)
+}
+
 struct Header {
     id: String,
     created: u64,
@@ -170,22 +243,36 @@ fn whole(
     h: Header,
     choices: Vec<Collected>,
     n: usize,
-    echoes: &[String],
+    prompts: Prompts<'_>,
     want_logprobs: bool,
+    shape: PromptShape,
 ) -> CompletionResponse {
     let usage = generation::usage_of(&choices, n);
     let out = choices
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let echo = echoes.get(i / n.max(1)).map_or("", String::as_str);
+            let p = i / n.max(1);
+            let echo = prompts.echoes.get(p).map_or("", String::as_str);
+            let ids = prompts.ids.get(p).map_or(&[][..], Vec::as_slice);
+            let (echoed, vllm) = prompt_parts(state, shape, ids, c.prompt_logprobs.as_deref());
             let mut offset = echo.chars().count();
+            let logprobs = want_logprobs.then(|| {
+                let generated = logprobs::completion(state, &c.logprobs, &mut offset);
+                match echoed {
+                    Some(mut all) => {
+                        logprobs::extend(&mut all, generated);
+                        all
+                    }
+                    None => generated,
+                }
+            });
             CompletionChoice {
                 index: i,
-                logprobs: want_logprobs
-                    .then(|| logprobs::completion(state, &c.logprobs, &mut offset)),
+                logprobs,
                 text: format!("{echo}{}", c.text),
                 finish_reason: Some(c.finish_reason),
+                prompt_logprobs: vllm,
             }
         })
         .collect();
@@ -198,6 +285,9 @@ struct Chunks {
     header: Header,
     n: usize,
     echoes: Vec<String>,
+    /// Each prompt's ids (for the echoed prompt's logprobs).
+    prompt_ids: Vec<Vec<u32>>,
+    shape: PromptShape,
     offsets: Vec<usize>,
     include_usage: bool,
     want_logprobs: bool,
@@ -205,20 +295,25 @@ struct Chunks {
 }
 
 impl Chunks {
-    /// `flags`: (include_usage, want_logprobs).
+    /// `prompts`: each prompt's echo (empty without `echo`) and ids; `flags`:
+    /// (include_usage, want_logprobs).
     fn new(
         state: AppState,
         header: Header,
         run: &Run,
-        echoes: Vec<String>,
+        prompts: (Vec<String>, Vec<Vec<u32>>),
         flags: (bool, bool),
+        shape: PromptShape,
     ) -> Self {
         let (include_usage, want_logprobs) = flags;
+        let (echoes, prompt_ids) = prompts;
         Chunks {
             state,
             header,
             n: run.n,
             echoes,
+            prompt_ids,
+            shape,
             offsets: vec![0; run.len],
             include_usage,
             want_logprobs,
@@ -234,10 +329,36 @@ impl Chunks {
         };
         sse::to_json(&response(&self.header, vec![choice], usage))
     }
+
+    /// The chunk of choice `index`'s echoed prompt with its logprobs.
+    fn prompt_chunk(
+        &mut self,
+        index: usize,
+        scores: &[Option<oxllm_engine::PromptLogprob>],
+    ) -> String {
+        let p = index / self.n.max(1);
+        let echo = self.echoes.get(p).cloned().unwrap_or_default();
+        let ids = self.prompt_ids.get(p).map_or(&[][..], Vec::as_slice);
+        let (echoed, vllm) = prompt_parts(&self.state, self.shape, ids, Some(scores));
+        if let Some(o) = self.offsets.get_mut(index) {
+            *o = echo.chars().count();
+        }
+        self.chunk(CompletionChoice {
+            index,
+            text: echo,
+            logprobs: echoed,
+            finish_reason: None,
+            prompt_logprobs: vllm,
+        })
+    }
 }
 
 impl ChunkWriter for Chunks {
     fn start(&mut self, out: &mut VecDeque<String>) {
+        if self.shape.echo_logprobs || self.shape.vllm_prompt {
+            // The echo goes out with the prompt's logprobs, once the engine has them.
+            return;
+        }
         for i in 0..self.offsets.len() {
             let echo = self
                 .echoes
@@ -253,13 +374,23 @@ impl ChunkWriter for Chunks {
                 text: echo,
                 logprobs: None,
                 finish_reason: None,
+                prompt_logprobs: None,
             }));
         }
     }
 
     fn event(&mut self, index: usize, ev: RequestEvent, out: &mut VecDeque<String>) {
         match ev {
-            RequestEvent::Delta { text, logprobs, .. } => {
+            RequestEvent::Delta {
+                text,
+                logprobs,
+                prompt_logprobs,
+                ..
+            } => {
+                if let Some(scores) = prompt_logprobs {
+                    let chunk = self.prompt_chunk(index, &scores);
+                    out.push_back(chunk);
+                }
                 if text.is_empty() && logprobs.is_empty() {
                     return;
                 }
@@ -276,6 +407,7 @@ impl ChunkWriter for Chunks {
                     text,
                     logprobs: lp,
                     finish_reason: None,
+                    prompt_logprobs: None,
                 }));
             }
             RequestEvent::Finished {
@@ -293,6 +425,7 @@ impl ChunkWriter for Chunks {
                     text,
                     logprobs: None,
                     finish_reason: Some(reason.as_str()),
+                    prompt_logprobs: None,
                 }));
             }
             RequestEvent::Error(_) => {}

@@ -81,8 +81,18 @@ fn bad_requests_are_400_naming_the_field() {
         ),
         (
             c,
-            json!({"prompt": "x", "echo": true, "logprobs": 1}),
-            Some("echo"),
+            json!({"prompt": "x", "prompt_logprobs": -1}),
+            Some("prompt_logprobs"),
+        ),
+        (
+            c,
+            json!({"prompt": "x", "prompt_logprobs": 21}),
+            Some("prompt_logprobs"),
+        ),
+        (
+            c,
+            json!({"prompt": "x", "max_tokens": 0}),
+            Some("max_tokens"),
         ),
         (c, json!({"prompt": "x", "best_of": 3}), Some("best_of")),
         (c, json!({"prompt": "x", "suffix": "y"}), Some("suffix")),
