@@ -27,7 +27,7 @@ struct Graph {
     host_from: usize,
     /// Host-written buffers the device ops read, copied before every launch.
     inputs: Vec<BufRef>,
-    /// Device-written buffers the host reads after a replay.
+    /// Device-written buffers the host keeps (read after a replay).
     outputs: Vec<BufRef>,
 }
 
@@ -242,13 +242,8 @@ impl<G: Gpu> GpuBackend<G> {
                 self.dev.table(op.name(), &rope.inv_freq)?;
             }
         }
-        for op in &ops[host_from..] {
-            for b in buffers_of(op.as_ref()) {
-                if !host_owned(b) && b.kind() != BufKind::Host && self.dev.has_mirror(mem, b) {
-                    outputs.push(b);
-                }
-            }
-        }
+        // The host ops fetch what they read themselves (`run_host_op`); only kept buffers are
+        // copied down after a replay.
         outputs.extend(self.kept.drain(..).filter(|b| !host_owned(*b)));
         self.dev
             .gpu
