@@ -11,9 +11,16 @@ use oxllm_tok::Tokenizer;
 use serde_json::json;
 
 /// SmolLM2's committed tokenizer with `<|im_end|>` as its end of sequence.
-fn compiler() -> GrammarCompiler {
+fn tokenizer() -> Tokenizer {
+    // Tests run in parallel threads: each call gets its own folder, or one test could read the
+    // tokenizer while another is rewriting it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::temp_dir().join(format!("oxllm-structured-tok-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "oxllm-structured-tok-{}-{call}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
         repo.join("tests/fixtures/tok/smollm2/tokenizer.json"),
@@ -25,9 +32,12 @@ fn compiler() -> GrammarCompiler {
         r#"{"eos_token": "<|im_end|>"}"#,
     )
     .unwrap();
-    let tok = Tokenizer::from_hf_dir(&dir).unwrap();
-    let vocab = tok.vocab_size();
-    GrammarCompiler::new(&tok, vocab).unwrap()
+    Tokenizer::from_hf_dir(&dir).unwrap()
+}
+
+fn compiler() -> GrammarCompiler {
+    let tok = tokenizer();
+    GrammarCompiler::new(&tok, tok.vocab_size()).unwrap()
 }
 
 fn compile_error(c: &GrammarCompiler, spec: ConstraintSpec) -> String {
@@ -129,11 +139,8 @@ fn allows(c: &mut oxllm_structured::Constraint, tok: &Tokenizer, text: &str) -> 
 
 #[test]
 fn structural_tags_constrain_only_what_follows_a_trigger() {
-    let c = compiler();
-    let tok = Tokenizer::from_hf_dir(
-        std::env::temp_dir().join(format!("oxllm-structured-tok-{}", std::process::id())),
-    )
-    .unwrap();
+    let tok = tokenizer();
+    let c = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
     let city = json!({
         "type": "object",
         "properties": {"city": {"type": "string"}},
