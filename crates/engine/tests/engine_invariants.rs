@@ -143,6 +143,26 @@ fn smollm2_greedy_is_batch_invariant_and_survives_chunking_preemption_and_prefix
     }
     drop(chunked);
 
+    // Prompt tokens capped at 3 per step while others decode (prompts split across many steps,
+    // each beside decodes).
+    let (capped, _) = start(
+        &path,
+        EngineConfig {
+            max_prefill_beside_decode: Some(3),
+            max_num_seqs: 4,
+            threads: 2,
+            ..EngineConfig::default()
+        },
+    );
+    let out = run_all(
+        &capped,
+        prompts.iter().map(|p| req(p, greedy(24))).collect(),
+    );
+    for (a, b) in alone.iter().zip(&out) {
+        assert_eq!(a.0, b.0, "the prefill cap changed greedy ids");
+    }
+    drop(capped);
+
     // A pool too small for all 16 at once forces preemption.
     let (small, _) = start(
         &path,

@@ -7,6 +7,11 @@ use crate::error::SchedError;
 pub struct SchedulerConfig {
     /// Token budget of one step, summed over all scheduled requests.
     pub max_num_batched_tokens: usize,
+    /// Most prompt tokens (prefill chunks, recomputation after preemption) a step carries while
+    /// some running request is decoding; `None`: the whole budget. A step's duration is every
+    /// running request's inter-token latency, so a long prefill chunk beside decodes stalls
+    /// them all; a step with no decode ignores the cap (nobody waits on it).
+    pub max_prefill_beside_decode: Option<usize>,
     /// Most requests running (holding KV blocks) at once.
     pub max_num_seqs: usize,
     /// Tokens per KV block.
@@ -36,6 +41,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
             max_num_batched_tokens: 2048,
+            max_prefill_beside_decode: None,
             max_num_seqs: 256,
             block_size: 16,
             num_blocks: 1024,
@@ -54,7 +60,11 @@ impl SchedulerConfig {
             ("block_size", self.block_size),
             ("max_model_len", self.max_model_len),
         ];
-        if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
+        let cap = (
+            "max_prefill_beside_decode",
+            self.max_prefill_beside_decode.unwrap_or(1),
+        );
+        if let Some((name, _)) = zero.iter().chain([&cap]).find(|(_, v)| *v == 0) {
             return Err(SchedError::InvalidConfig(format!(
                 "{name} must be at least 1"
             )));

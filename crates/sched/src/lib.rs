@@ -3,7 +3,9 @@
 //! Each step is ONE loop over a token budget (no prefill/decode phases): running requests first,
 //! in admission order, each computing as many of its pending tokens as the budget allows (a
 //! decode is one token, a long prompt is chunked over steps while other requests keep decoding);
-//! then waiting requests, skipping any prefix the KV cache already holds. Running slots are
+//! then waiting requests, skipping any prefix the KV cache already holds. While some request is
+//! decoding, an optional cap bounds the prompt tokens a step carries (a step's length is every
+//! decoding request's inter-token latency). Running slots are
 //! shared fairly between submission groups (the choices of one API request; see `fairness`):
 //! the least-served group is admitted first, and a group above its fair share gives up its
 //! newest request to one below it. When KV blocks run out, the newest running request of the
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod budget;
 mod config;
 mod error;
 mod fairness;

@@ -20,6 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use oxllm_core::{FinishReason, ReqId};
 use oxllm_kv::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
 
+use crate::budget::StepBudget;
 use crate::config::SchedulerConfig;
 use crate::error::SchedError;
 use crate::fairness;
@@ -124,12 +125,20 @@ impl Scheduler {
         if self.step_in_flight.is_some() {
             return Err(SchedError::StepInFlight);
         }
-        let mut budget = self.config.max_num_batched_tokens;
+        let mut budget = StepBudget {
+            tokens: self.config.max_num_batched_tokens,
+            prefill: usize::MAX,
+        };
         let mut out = SchedulerOutput {
             step: self.next_step,
             ..SchedulerOutput::default()
         };
         self.preempt_for_fairness(&mut out);
+        if let Some(cap) = self.config.max_prefill_beside_decode {
+            if self.any_decoding() {
+                budget.prefill = cap;
+            }
+        }
         let preempted_for_fairness = out.preempted.len();
         self.schedule_running(&mut budget, &mut out)?;
         // Admitting while preempting for blocks would only thrash: the blocks just freed are
@@ -137,7 +146,7 @@ impl Scheduler {
         if out.preempted.len() == preempted_for_fairness {
             self.schedule_waiting(&mut budget, &mut out)?;
         }
-        out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget.tokens;
         out.finished = std::mem::take(&mut self.finished_since_output);
         self.next_step += 1;
         self.step_in_flight = Some(out.step);
@@ -145,19 +154,29 @@ impl Scheduler {
         Ok(out)
     }
 
+    /// Whether a running request is past its prompt, waiting for its next token.
+    fn any_decoding(&self) -> bool {
+        self.running.iter().any(|id| {
+            self.requests
+                .get(id)
+                .is_some_and(|r| r.num_pending_tokens() == 1)
+        })
+    }
+
     fn schedule_running(
         &mut self,
-        budget: &mut usize,
+        budget: &mut StepBudget,
         out: &mut SchedulerOutput,
     ) -> Result<(), SchedError> {
         let mut index = 0;
-        while index < self.running.len() && *budget > 0 {
+        while index < self.running.len() && budget.tokens > 0 {
             let req_id = self.running[index];
             let Some(req) = self.requests.get(&req_id) else {
                 index += 1;
                 continue;
             };
-            let num_new = req.num_pending_tokens().min(*budget);
+            let pending = req.num_pending_tokens();
+            let num_new = budget.grant(pending);
             if num_new == 0 {
                 index += 1;
                 continue;
@@ -195,7 +214,7 @@ impl Scheduler {
                 break;
             }
             self.push_scheduled(req_id, num_new, None, out)?;
-            *budget -= num_new;
+            budget.spend(num_new, pending);
             index += 1;
         }
         Ok(())
@@ -203,11 +222,11 @@ impl Scheduler {
 
     fn schedule_waiting(
         &mut self,
-        budget: &mut usize,
+        budget: &mut StepBudget,
         out: &mut SchedulerOutput,
     ) -> Result<(), SchedError> {
         let mut counts = fairness::running_counts(&self.running, &self.requests);
-        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+        while budget.tokens > 0 && self.running.len() < self.config.max_num_seqs {
             let Some((pos, req_id)) =
                 fairness::next_waiting(&self.waiting, &self.requests, &counts)
             else {
@@ -222,7 +241,12 @@ impl Scheduler {
             // Without a free state slot (hybrids) allocation fails like without blocks.
             let hit = self.prefix_hit(req);
             let num_cached = hit.num_computed_tokens(self.config.block_size);
-            let num_new = (req.num_tokens() - num_cached).min(*budget);
+            let pending = req.num_tokens() - num_cached;
+            let num_new = budget.grant(pending);
+            if num_new == 0 {
+                // The prefill share of this step is spent; the request waits for the next.
+                break;
+            }
             if self
                 .kv
                 .allocate_slots(req_id, num_cached + num_new, &hit)?
@@ -239,7 +263,7 @@ impl Scheduler {
             self.running.push(req_id);
             *counts.entry(group).or_default() += 1;
             self.push_scheduled(req_id, num_new, hit.restore_slot(), out)?;
-            *budget -= num_new;
+            budget.spend(num_new, pending);
         }
         Ok(())
     }

@@ -60,10 +60,12 @@ fn config() -> impl Strategy<Value = SchedulerConfig> {
         3usize..24,
         any::<bool>(),
         states(),
+        prop::option::of(1usize..8),
     )
         .prop_map(
-            |(budget, max_seqs, block_size, num_blocks, caching, states)| SchedulerConfig {
+            |(budget, max_seqs, block_size, num_blocks, caching, states, cap)| SchedulerConfig {
                 max_num_batched_tokens: budget,
+                max_prefill_beside_decode: cap,
                 max_num_seqs: max_seqs,
                 block_size,
                 num_blocks,
@@ -94,6 +96,29 @@ fn check_step(
         return Err(TestCaseError::fail(e));
     }
     prop_assert!(out.num_batched_tokens <= cfg.max_num_batched_tokens);
+    if let Some(cap) = cfg.max_prefill_beside_decode {
+        // A step carrying a decode carries at most `cap` prompt tokens.
+        let is_decode = |seq: &oxllm_sched::ScheduledSeq| {
+            seq.token_ids.len() == 1
+                && sched
+                    .request(seq.req_id)
+                    .is_some_and(|r| seq.start_pos >= r.prompt().len())
+        };
+        if out.scheduled.iter().any(is_decode) {
+            let prefill: usize = out
+                .scheduled
+                .iter()
+                .filter(|s| s.token_ids.len() > 1)
+                .map(|s| s.token_ids.len())
+                .sum();
+            prop_assert!(
+                prefill <= cap,
+                "{} prompt tokens beside a decode, cap {}",
+                prefill,
+                cap
+            );
+        }
+    }
     prop_assert!(out.scheduled.len() <= cfg.max_num_seqs);
     prop_assert!(sched.num_running() <= cfg.max_num_seqs);
     let mut seen = std::collections::HashSet::new();
@@ -239,6 +264,7 @@ proptest! {
     ) {
         let reference = SchedulerConfig {
             max_num_batched_tokens: 4096,
+            max_prefill_beside_decode: None,
             max_num_seqs: 64,
             num_blocks: 1024,
             enable_prefix_caching: false,
@@ -247,15 +273,19 @@ proptest! {
         };
         let run = |cfg: SchedulerConfig| {
             let mut sched = Scheduler::new(cfg).unwrap();
+            let mut accepted = 0;
             for (id, (prefix, prefix_len, suffix, max_tokens)) in prompts.iter().enumerate() {
                 let tokens = make_prompt(*prefix, *prefix_len, suffix);
                 // Rejections (too long for the pool) must agree too: compare only the accepted.
-                let _ = sched.add_request(Request::new(id as ReqId, tokens, *max_tokens, vec![0]));
+                let r = sched.add_request(Request::new(id as ReqId, tokens, *max_tokens, vec![0]));
+                accepted += usize::from(r.is_ok());
             }
-            run_to_completion(&mut sched, VOCAB, 5000)
+            (accepted, run_to_completion(&mut sched, VOCAB, 5000))
         };
-        let small: BTreeMap<ReqId, (Vec<TokenId>, FinishReason)> = run(cfg);
-        let big = run(reference);
+        let (accepted, small): (usize, BTreeMap<ReqId, (Vec<TokenId>, FinishReason)>) = run(cfg);
+        // Every accepted request finishes: no budget, cap or pool starves one.
+        prop_assert_eq!(accepted, small.len());
+        let (_, big) = run(reference);
         for (id, got) in &small {
             prop_assert_eq!(Some(got), big.get(id), "request {} differs", id);
         }

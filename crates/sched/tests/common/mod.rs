@@ -141,6 +141,7 @@ pub fn config(
 ) -> SchedulerConfig {
     SchedulerConfig {
         max_num_batched_tokens: budget,
+        max_prefill_beside_decode: None,
         max_num_seqs: max_seqs,
         block_size,
         num_blocks,
