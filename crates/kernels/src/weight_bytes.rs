@@ -193,6 +193,38 @@ fn huge_pages_on() -> bool {
     *ON.get_or_init(|| std::env::var("OXLLM_HUGE_PAGES").map_or(true, |v| v != "0"))
 }
 
+/// Advises the OS to back the whole 2 MiB pages inside `buf` with huge pages from their next
+/// first touch (no effect on pages already touched, none on the contents). For large buffers
+/// other than weights, such as the K/V pool, made zeroed by the allocator (fresh anonymous
+/// pages, untouched until written). Nothing happens for buffers under 2 MiB of whole pages, off
+/// Linux, or with `OXLLM_HUGE_PAGES=0`; returns whether advice was given.
+pub fn advise_huge_pages<T>(buf: &mut [T]) -> bool {
+    let start = buf.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(buf);
+    let (first, last) = (start.next_multiple_of(HUGE), end - end % HUGE);
+    if last <= first || !huge_pages_on() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `first..last` lies inside `buf`, memory this process owns and `&mut` makes
+        // exclusively ours here; MADV_HUGEPAGE changes how future faults are served, never the
+        // contents, and a refusal (huge pages off) leaves the mapping as it was.
+        let rc = unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 /// A zeroed range of `len` bytes in a slab: (slab, offset), or `None` for the heap.
 fn carve(len: usize) -> Option<(Arc<Slab>, usize)> {
     if len < MIN_CARVED || !huge_pages_on() {
@@ -250,5 +282,57 @@ mod tests {
         let v: Vec<u8> = (0..MIN_CARVED * 2).map(|i| i as u8).collect();
         assert_eq!(&WeightBytes::from_vec(v.clone())[..], &v[..]);
         assert!(!WeightBytes::zeroed(100).is_carved());
+    }
+
+    /// The VmFlags line of the mapping holding `addr`, from /proc/self/smaps.
+    #[cfg(target_os = "linux")]
+    fn vm_flags_at(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if inside && line.starts_with("VmFlags:") {
+                return Some(line.to_string());
+            }
+        }
+        None
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn large_zeroed_buffers_are_advised_and_small_ones_left_alone() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !huge_pages_on() || thp.is_empty() || thp.contains("[never]") {
+            eprintln!("huge pages off on this host: nothing to check");
+            return;
+        }
+        let mut pool = vec![0f32; (16 << 20) / 4];
+        let inner = (pool.as_ptr() as usize).next_multiple_of(HUGE);
+        let before = vm_flags_at(inner).expect("the buffer's mapping is in smaps");
+        assert!(
+            !before.split_whitespace().any(|f| f == "hg"),
+            "advised before the call: {before}"
+        );
+        assert!(advise_huge_pages(&mut pool));
+        let flags = vm_flags_at(inner).expect("the buffer's mapping is in smaps");
+        assert!(
+            flags.split_whitespace().any(|f| f == "hg"),
+            "no MADV_HUGEPAGE flag on the buffer's mapping: {flags}"
+        );
+        pool[0] = 1.0;
+        assert!(
+            pool[1..].iter().all(|&x| x == 0.0),
+            "advice changed the contents"
+        );
+        let mut small = vec![0u8; 4096];
+        assert!(!advise_huge_pages(&mut small));
     }
 }

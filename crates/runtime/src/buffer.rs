@@ -12,6 +12,7 @@ use std::cell::{Ref, RefCell, RefMut};
 use half::f16;
 use half::vec::HalfBitsVecExt;
 use oxllm_kernels::matmul::QuantizedActs;
+use oxllm_kernels::weight_bytes::advise_huge_pages;
 
 use crate::RuntimeError;
 
@@ -44,6 +45,18 @@ impl Buffer {
     /// A zeroed buffer of `len` elements (bytes for `QActs`); `Host` buffers are made by the
     /// caller.
     pub(crate) fn new(kind: BufKind, len: usize) -> Buffer {
+        let mut buffer = Buffer::zeroed(kind, len);
+        // Large buffers (the K/V pool above all: attention reads it at scattered blocks every
+        // step) are asked for huge pages before their first touch, like the weights.
+        match &mut buffer {
+            Buffer::F32(v) => _ = advise_huge_pages(v),
+            Buffer::F16(v) => _ = advise_huge_pages(v),
+            _ => {}
+        }
+        buffer
+    }
+
+    fn zeroed(kind: BufKind, len: usize) -> Buffer {
         match kind {
             BufKind::F32 => Buffer::F32(vec![0.0; len]),
             // Zero bits from the allocator's zeroed pages (`vec!` of a non-primitive writes
