@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Drives `oxllm serve` with the official `openai` Python client: builds the release binary,
-# installs openai and jsonschema (pinned) into its own virtual environment under ~/.cache/oxllm, starts the
+# installs openai, jsonschema, pyzmq and msgpack (pinned) into its own virtual environment under
+# ~/.cache/oxllm, starts the
 # server on a free loopback port with the default model, runs every tests/server/test_*.py
 # against it (each gets BASE_URL MODEL OXLLM_BINARY MODEL_PATH; a file that needs other server
 # flags starts its own server with the binary), then stops the server with SIGTERM and checks
@@ -9,14 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.57.0
 JSONSCHEMA_VERSION=4.25.1
+PYZMQ_VERSION=27.1.0
+MSGPACK_VERSION=1.1.2
 CACHE="${OXLLM_CACHE:-$HOME/.cache/oxllm}"
 VENV="$CACHE/venv-openai"
 MODEL=$(scripts/fetch-model.sh)
 cargo build --release --bin oxllm
 BIN="${CARGO_TARGET_DIR:-target}/release/oxllm"
-if ! "$VENV/bin/python" -c "import openai, sys, importlib.metadata as m; sys.exit(openai.__version__ != '$OPENAI_VERSION' or m.version('jsonschema') != '$JSONSCHEMA_VERSION')" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, sys, importlib.metadata as m; sys.exit(openai.__version__ != '$OPENAI_VERSION' or m.version('jsonschema') != '$JSONSCHEMA_VERSION' or m.version('pyzmq') != '$PYZMQ_VERSION' or m.version('msgpack') != '$MSGPACK_VERSION')" 2>/dev/null; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
+    "pyzmq==$PYZMQ_VERSION" "msgpack==$MSGPACK_VERSION"
 fi
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 LOG=$(mktemp)

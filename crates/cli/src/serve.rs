@@ -103,6 +103,12 @@ pub struct ServeArgs {
     /// route internal, or set an API key.
     #[arg(long)]
     kv_events: bool,
+    /// Publish KV-cache events on a ZeroMQ PUB socket in vLLM's format, configured as vLLM's
+    /// `--kv-events-config` (JSON: `enable_kv_cache_events`, `publisher` "zmq", `endpoint`
+    /// (`tcp://*:PORT` binds, `tcp://HOST:PORT` connects to a subscriber that binds, as llm-d's
+    /// indexer does), `topic`, e.g. `kv@POD@MODEL` for llm-d); docs/DEPLOY.md.
+    #[arg(long, value_name = "JSON")]
+    kv_events_config: Option<String>,
     #[command(flatten)]
     states: StateArgs,
 }
@@ -121,6 +127,10 @@ fn api_key(flag: Option<String>) -> Result<Option<String>> {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let path = crate::model_ref::resolve(args.model.as_deref())?;
+    let zmq_events = match args.kv_events_config.as_deref() {
+        Some(json) => oxllm_server::kv_events_zmq::parse_config(json)?,
+        None => None,
+    };
     let listener = bind(&args.host, args.port)?;
     let threads = args
         .threads
@@ -209,6 +219,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let signals = oxllm_server::signals();
         let listener = tokio::net::TcpListener::from_std(listener)
             .context("handing the listening socket to the async runtime")?;
+        if let Some(zmq) = zmq_events {
+            let (endpoint, bind) = (zmq.endpoint.clone(), zmq.bind);
+            oxllm_server::kv_events_zmq::start(zmq, state.clone()).await?;
+            eprintln!(
+                "oxllm serve: KV-cache events (vLLM ZMQ format) {} {endpoint}",
+                if bind { "bound on" } else { "connecting to" }
+            );
+        }
         let addr = listener.local_addr()?;
         eprintln!("oxllm serve: listening on http://{addr}");
         eprintln!("{}", try_example(addr, &name, chat, has_tokenizer));

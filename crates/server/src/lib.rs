@@ -31,6 +31,7 @@ pub mod fuzzing;
 pub mod generation;
 pub mod ids;
 pub mod json;
+pub mod kv_events_zmq;
 pub mod load;
 pub mod logprobs;
 pub mod metrics;
