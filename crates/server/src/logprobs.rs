@@ -29,7 +29,7 @@ pub fn echoed_prompt(
         out.top_logprobs.push(score.map(|s| {
             s.top
                 .iter()
-                .map(|&(t, l)| (state.token_text(t).to_string(), Value::from(finite(l))))
+                .map(|&(t, l)| (state.token_text(t).to_string(), json_logprob(l)))
                 .collect()
         }));
         out.text_offset.push(*offset);
@@ -87,7 +87,7 @@ pub fn completion(
         out.token_logprobs.push(Some(finite(lp.logprob)));
         let mut top = Map::new();
         for &(id, l) in &lp.top {
-            top.insert(state.token_text(id).to_string(), Value::from(finite(l)));
+            top.insert(state.token_text(id).to_string(), json_logprob(l));
         }
         out.top_logprobs.push(Some(top));
         out.text_offset.push(*offset);
@@ -125,6 +125,15 @@ pub fn chat(state: &AppState, lps: &[TokenLogprob]) -> ChatLogprobs {
     }
 }
 
+/// A `top_logprobs` value as a JSON number with the digits `token_logprobs` prints for the
+/// same f32, so a client comparing the two (lm-evaluation-harness's `is_greedy`: the token's
+/// logprob against the best of its top) sees equal values. Widening the f32 would print its
+/// binary expansion instead: -1.7585334777832031 beside -1.7585335.
+fn json_logprob(l: f32) -> Value {
+    let l = finite(l);
+    Value::from(l.to_string().parse::<f64>().unwrap_or(f64::from(l)))
+}
+
 /// JSON has no infinities: a `-inf` logprob (a token of probability 0) is written as the
 /// lowest finite value, as vLLM does with -9999.0.
 fn finite(l: f32) -> f32 {
@@ -132,5 +141,27 @@ fn finite(l: f32) -> f32 {
         l
     } else {
         -9999.0
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+
+    #[test]
+    fn top_values_print_as_the_token_logprobs_print() {
+        for l in [
+            -1.758_533_5f32,
+            -0.1,
+            -12.531_655,
+            -9999.0,
+            0.0,
+            f32::NEG_INFINITY,
+            -3.0e-8,
+        ] {
+            let token = serde_json::to_string(&finite(l)).unwrap();
+            let top = serde_json::to_string(&json_logprob(l)).unwrap();
+            assert_eq!(token, top, "{l}");
+        }
     }
 }

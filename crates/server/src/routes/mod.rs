@@ -31,6 +31,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/tokenizer_info", get(tokenize::tokenizer_info))
         .route("/v1/kv_events", get(kv_events::kv_events))
         .route("/", get(page::chat_page))
         .route("/chat.js", get(page::chat_script))

@@ -1,4 +1,5 @@
-//! vLLM's `POST /tokenize` (a prompt, or chat messages through the template) and
+//! vLLM's `POST /tokenize` (a prompt, or chat messages through the template),
+//! `GET /tokenizer_info` and
 //! `POST /detokenize`.
 
 use axum::extract::State;
@@ -79,4 +80,23 @@ pub async fn detokenize(
     })
     .await?;
     Ok(Json(DetokenizeResponse { prompt }))
+}
+
+/// vLLM's `GET /tokenizer_info`: the special tokens and the chat template, which clients that
+/// tokenize through this server read (lm-evaluation-harness's `remote` tokenizer backend,
+/// which then encodes and decodes with `/tokenize` and `/detokenize`).
+pub async fn tokenizer_info(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let tok = state.tokenizer()?;
+    let spelling = |id: Option<u32>| id.and_then(|i| tok.id_to_token(i));
+    let template = state.template_source();
+    Ok(Json(serde_json::json!({
+        "tokenizer_class": "oxllm",
+        "bos_token": spelling(tok.bos_id()),
+        "eos_token": spelling(tok.eos_ids().first().copied()),
+        "pad_token": null,
+        "chat_template": (!template.is_empty()).then_some(template),
+        "model_max_length": state.context_limit(),
+    })))
 }
