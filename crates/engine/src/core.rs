@@ -51,6 +51,24 @@ pub struct EngineStats {
     /// Constrained decoding: token masks computed so far and the seconds they took.
     pub masks_computed: u64,
     pub mask_seconds: f64,
+    /// Stop strings: text bytes fed to the requests' stop matchers, and the matchers' steps
+    /// (at most twice the bytes, whatever the stop lists: a long list does not slow a step).
+    pub stop_match_bytes: u64,
+    pub stop_match_steps: u64,
+}
+
+/// Running totals of stop-string matching work on the engine thread.
+#[derive(Clone, Copy, Debug, Default)]
+struct StopMatchWork {
+    bytes: u64,
+    steps: u64,
+}
+
+impl StopMatchWork {
+    fn add(&mut self, bytes: usize, steps: u64) {
+        self.bytes += bytes as u64;
+        self.steps += steps;
+    }
 }
 
 impl EngineStats {
@@ -129,6 +147,7 @@ pub(crate) struct EngineCore<'t> {
     seed_base: u64,
     masks_computed: u64,
     mask_seconds: f64,
+    stop_match: StopMatchWork,
 }
 
 impl<'t> EngineCore<'t> {
@@ -157,6 +176,7 @@ impl<'t> EngineCore<'t> {
             seed_base,
             masks_computed: 0,
             mask_seconds: 0.0,
+            stop_match: StopMatchWork::default(),
         };
         core.publish_stats();
         core
@@ -588,7 +608,10 @@ impl<'t> EngineCore<'t> {
                 }
             }
         }
+        let steps_before = live.stop.steps();
         let outcome = live.stop.push(&text);
+        self.stop_match
+            .add(text.len(), live.stop.steps() - steps_before);
         let mut emitted = outcome.text;
         if outcome.stopped.is_some() && finish.is_none() {
             self.scheduler.finish_with(id, FinishReason::Stop);
@@ -609,7 +632,10 @@ impl<'t> EngineCore<'t> {
             let mut tail = String::new();
             if live.stop.stopped().is_none() {
                 if let Some(Ok(rest)) = live.decoder.as_mut().map(|d| d.flush()) {
+                    let steps_before = live.stop.steps();
                     let o = live.stop.push(&rest);
+                    self.stop_match
+                        .add(rest.len(), live.stop.steps() - steps_before);
                     tail.push_str(&o.text);
                 }
                 if live.stop.stopped().is_none() {
@@ -668,6 +694,8 @@ impl<'t> EngineCore<'t> {
             num_state_checkpoints: kv.checkpoint_stats().map_or(0, |c| c.committed),
             masks_computed: self.masks_computed,
             mask_seconds: self.mask_seconds,
+            stop_match_bytes: self.stop_match.bytes,
+            stop_match_steps: self.stop_match.steps,
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snapshot;

@@ -21,6 +21,7 @@ pub mod plan_op;
 mod rng;
 mod sampler;
 mod stop;
+mod stop_automaton;
 mod stop_strings;
 mod truncate;
 

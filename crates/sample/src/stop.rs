@@ -19,16 +19,20 @@ pub struct StopOutcome {
     pub stopped: Option<usize>,
 }
 
+use crate::stop_automaton::ROOT;
 use crate::StopStrings;
 
 /// Incremental stop-string matcher for one request.
 #[derive(Clone, Debug)]
 pub struct StopChecker {
     stops: StopStrings,
-    /// Text received but not emitted: a proper prefix of some stop string.
+    /// The list's automaton state after all text pushed so far.
+    state: u32,
+    /// Text received but not emitted: the automaton's current prefix (a proper prefix of some
+    /// stop string).
     held: String,
-    /// Bytes of the longest stop string.
-    max_len: usize,
+    /// Automaton steps taken so far (the matching work; at most twice the bytes pushed).
+    steps: u64,
     stopped: Option<usize>,
 }
 
@@ -40,13 +44,14 @@ impl StopChecker {
         Self::shared(stops.into())
     }
 
-    /// A checker over a shared list (a request's choices each hold one, none copies the list).
+    /// A checker over a shared list (a request's choices each hold one, none copies the list
+    /// or its automaton).
     pub fn shared(stops: StopStrings) -> Self {
-        let max_len = stops.iter().map(String::len).max().unwrap_or(0);
         StopChecker {
             stops,
+            state: ROOT,
             held: String::new(),
-            max_len,
+            steps: 0,
             stopped: None,
         }
     }
@@ -61,7 +66,14 @@ impl StopChecker {
         &self.held
     }
 
-    /// Feeds the next text delta.
+    /// Matching work done so far: automaton steps, at most twice the bytes pushed whatever the
+    /// stop list (the engine counts it, so a test can check that bound through the server).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Feeds the next text delta. Only the delta's bytes are scanned; the held text is not
+    /// looked at again.
     pub fn push(&mut self, delta: &str) -> StopOutcome {
         if self.stopped.is_some() {
             return StopOutcome {
@@ -69,32 +81,26 @@ impl StopChecker {
                 stopped: self.stopped,
             };
         }
+        let automaton = self.stops.automaton();
         let mut buf = std::mem::take(&mut self.held);
+        let before = buf.len();
+        for (i, b) in delta.bytes().enumerate() {
+            self.state = automaton.step(self.state, b, &mut self.steps);
+            // The first byte that completes a stop ends the earliest-completing occurrence;
+            // the longest stop ending there is the one starting first.
+            if let Some((len, index)) = automaton.found(self.state) {
+                let start = before + i + 1 - len;
+                buf.push_str(&delta[..i + 1]);
+                buf.truncate(start);
+                self.stopped = Some(index);
+                return StopOutcome {
+                    text: buf,
+                    stopped: Some(index),
+                };
+            }
+        }
         buf.push_str(delta);
-
-        // Earliest-completing occurrence of any stop string; ties go to the earliest start.
-        let mut hit: Option<(usize, usize, usize)> = None; // (end, start, index)
-        for (index, stop) in self.stops.iter().enumerate() {
-            if stop.is_empty() {
-                continue;
-            }
-            if let Some(start) = buf.find(stop.as_str()) {
-                let cand = (start + stop.len(), start, index);
-                if !matches!(hit, Some(h) if (h.0, h.1) <= (cand.0, cand.1)) {
-                    hit = Some(cand);
-                }
-            }
-        }
-        if let Some((_, start, index)) = hit {
-            buf.truncate(start);
-            self.stopped = Some(index);
-            return StopOutcome {
-                text: buf,
-                stopped: Some(index),
-            };
-        }
-
-        let keep_from = self.hold_start(&buf);
+        let keep_from = buf.len() - automaton.depth(self.state);
         self.held = buf.split_off(keep_from);
         StopOutcome {
             text: buf,
@@ -108,29 +114,6 @@ impl StopChecker {
             self.held.clear();
         }
         std::mem::take(&mut self.held)
-    }
-
-    /// Start of the longest suffix of `buf` that is a proper prefix of some stop string.
-    fn hold_start(&self, buf: &str) -> usize {
-        if self.max_len <= 1 {
-            return buf.len();
-        }
-        let lowest = buf.len().saturating_sub(self.max_len - 1);
-        let candidates = buf
-            .char_indices()
-            .map(|(i, _)| i)
-            .skip_while(|&i| i < lowest);
-        for i in candidates {
-            let tail = &buf[i..];
-            if self
-                .stops
-                .iter()
-                .any(|s| s.len() > tail.len() && s.starts_with(tail))
-            {
-                return i;
-            }
-        }
-        buf.len()
     }
 }
 

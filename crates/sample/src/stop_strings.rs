@@ -2,12 +2,15 @@
 //! stop checkers that match them, so `n` choices never copy the list; and the bounds
 //! ([`MAX_STOP_STRINGS`], [`MAX_STOP_BYTES`]) that keep matching cheap on the engine thread.
 //!
-//! With these bounds, one [`crate::StopChecker::push`] scans at most `MAX_STOP_STRINGS` stop
-//! strings over a buffer of at most `MAX_STOP_BYTES` held bytes plus the new text.
+//! The list carries its Aho-Corasick automaton ([`crate::stop_automaton`]), built when the list
+//! is made (by the server, off the engine thread), so a [`crate::StopChecker::push`] costs at
+//! most two steps per new byte (amortized) whatever the list; the bounds keep the automaton's
+//! memory small (at most `MAX_STOP_BYTES + 1` nodes).
 
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::stop_automaton::StopAutomaton;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most stop strings one request may carry (OpenAI allows 4; lm-evaluation-harness sends a few).
@@ -15,14 +18,39 @@ pub const MAX_STOP_STRINGS: usize = 64;
 /// Most bytes of all a request's stop strings together.
 pub const MAX_STOP_BYTES: usize = 4096;
 
-/// An immutable, cheaply cloned list of stop strings.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StopStrings(Arc<[String]>);
+/// An immutable, cheaply cloned list of stop strings and its automaton.
+#[derive(Clone, Debug)]
+pub struct StopStrings(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    strings: Box<[String]>,
+    automaton: StopAutomaton,
+}
+
+impl Default for StopStrings {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl PartialEq for StopStrings {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.strings == other.0.strings
+    }
+}
+
+impl Eq for StopStrings {}
 
 impl StopStrings {
+    /// The matcher of these strings.
+    pub(crate) fn automaton(&self) -> &StopAutomaton {
+        &self.0.automaton
+    }
+
     /// Bytes of all the strings together.
     pub fn total_bytes(&self) -> usize {
-        self.0.iter().map(String::len).sum()
+        self.0.strings.iter().map(String::len).sum()
     }
 
     /// Whether `other` is the same shared list (not a copy).
@@ -35,19 +63,23 @@ impl Deref for StopStrings {
     type Target = [String];
 
     fn deref(&self) -> &[String] {
-        &self.0
+        &self.0.strings
     }
 }
 
 impl From<Vec<String>> for StopStrings {
     fn from(v: Vec<String>) -> Self {
-        StopStrings(v.into())
+        let automaton = StopAutomaton::new(&v);
+        StopStrings(Arc::new(Inner {
+            strings: v.into(),
+            automaton,
+        }))
     }
 }
 
 impl Serialize for StopStrings {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        self.0.strings.serialize(s)
     }
 }
 

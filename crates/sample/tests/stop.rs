@@ -27,13 +27,22 @@ fn reference(text: &str, stops: &[&str]) -> (String, Option<usize>) {
 }
 
 /// Runs the checker over `deltas`, checking that the emitted text only ever grows as a prefix of
-/// the expected output.
+/// the expected output, and that matching took at most two automaton steps per byte pushed.
 fn run(deltas: &[&str], stops: &[&str], expected: &str) -> (String, Option<usize>) {
     let mut c = StopChecker::new(stops);
     let mut out = String::new();
     let mut stopped = None;
+    let mut pushed = 0u64;
     for d in deltas {
         let o = c.push(d);
+        if c.stopped().is_none() || o.stopped.is_some() {
+            pushed += d.len() as u64;
+        }
+        assert!(
+            c.steps() <= 2 * pushed,
+            "{} steps for {pushed} bytes",
+            c.steps()
+        );
         out.push_str(&o.text);
         assert!(
             expected.starts_with(&out),
@@ -172,5 +181,29 @@ proptest! {
         at.sort_unstable();
         let parts: Vec<&str> = at.windows(2).map(|w| &text[w[0]..w[1]]).collect();
         prop_assert_eq!(run(&parts, &stops, &want.0), want);
+    }
+}
+
+/// The largest legal stop list, built to keep a long match in progress (64 strings of 64 bytes
+/// that all share the text's prefix and differ in their last byte), costs the same bounded
+/// work per byte as one short stop string: matching never rescans the held text.
+#[test]
+fn the_largest_stop_list_costs_at_most_two_steps_per_byte() {
+    use oxllm_sample::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
+    let len = MAX_STOP_BYTES / MAX_STOP_STRINGS;
+    let stops: Vec<String> = (0..MAX_STOP_STRINGS)
+        .map(|i| "a".repeat(len - 1) + &char::from(b'!' + i as u8).to_string())
+        .collect();
+    let text = "a".repeat(10_000);
+    for list in [&stops[..], &stops[..1]] {
+        let mut c = StopChecker::new(list);
+        let mut out = String::new();
+        for ch in text.as_bytes().chunks(3) {
+            out.push_str(&c.push(std::str::from_utf8(ch).unwrap()).text);
+        }
+        assert_eq!(c.held().len(), len - 1);
+        assert!(c.steps() <= 2 * text.len() as u64, "{}", c.steps());
+        out.push_str(&c.finish());
+        assert_eq!(out, text);
     }
 }

@@ -314,6 +314,18 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "oxllm_stop_match_bytes_total",
+            "Generated text bytes fed to stop-string matchers on the engine thread.",
+            stats.stop_match_bytes,
+        );
+        counter(
+            &mut out,
+            "oxllm_stop_match_steps_total",
+            "Stop-string matcher steps (at most twice the bytes fed, whatever the stop lists).",
+            stats.stop_match_steps,
+        );
+        counter(
+            &mut out,
             "oxllm_plan_replay_steps_total",
             "Engine steps that replayed a captured plan.",
             stats.plan_steps,
@@ -380,11 +392,15 @@ mod tests {
             num_state_slots_total: 4,
             num_state_slots_free: 1,
             num_state_checkpoints: 5,
+            stop_match_bytes: 12,
+            stop_match_steps: 20,
             ..EngineStats::default()
         };
         let text = m.render(&stats, &info, 0, "m");
         assert!(text.contains("oxllm_plan_replay_steps_total 7"));
         assert!(text.contains("oxllm_eager_steps_total 2"));
+        assert!(text.contains("oxllm_stop_match_bytes_total 12"));
+        assert!(text.contains("oxllm_stop_match_steps_total 20"));
         assert!(text.contains("oxllm_state_slots_in_use 3"), "{text}");
         assert!(text.contains("oxllm_state_checkpoints 5"));
         let dense = m.render(&EngineStats::default(), &info, 0, "m");
