@@ -23,10 +23,18 @@ MODEL=${MODEL:-smollm2}
 TASKS=${TASKS:-oxllm_mc,oxllm_gen}
 OUT=${OUT:-${CARGO_TARGET_DIR:-target}/lm-eval}
 
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('lm_eval') != '$LM_EVAL_VERSION')" 2>/dev/null; then
-  echo "lm-eval.sh: installing lm_eval[api]==$LM_EVAL_VERSION into $VENV" >&2
+# Every package is pinned (scripts/lm-eval-requirements.txt), not only lm_eval: a new release of
+# one of its dependencies (datasets, numpy, ...) cannot change a fresh machine's run. The venv
+# is rebuilt when that list changes (its hash is kept inside the venv).
+REQS=scripts/lm-eval-requirements.txt
+want=$(sha256sum "$REQS" | cut -d' ' -f1)
+if [ "$(cat "$VENV/.requirements-sha256" 2>/dev/null)" != "$want" ] \
+  || ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('lm_eval') != '$LM_EVAL_VERSION')" 2>/dev/null; then
+  echo "lm-eval.sh: installing lm_eval[api]==$LM_EVAL_VERSION (pinned set) into $VENV" >&2
+  rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "lm_eval[api]==$LM_EVAL_VERSION"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  echo "$want" > "$VENV/.requirements-sha256"
 fi
 
 pid=
