@@ -105,10 +105,13 @@ LLAMA_BENCH="$LLAMA_BIN/llama-bench" scripts/bench-generate-vs-llamacpp.sh 2 "$R
 echo "== batch decode scaling, oxllm OXLLM_ISA=avx2 vs llama-batched-bench (AVX2 build), 2 rounds"
 LLAMA_BATCHED_BENCH="$LLAMA_BIN/llama-batched-bench" scripts/bench-batch-scaling.sh 2 2 "$OUT/batch"
 echo "== what moved it (OXLLM_ISA=avx2, oxllm bench generate, decode tok/s at batch 1 and 16, 2 rounds interleaved):"
-echo "   panels+huge pages (default) / row tiles (OXLLM_MATMUL_PANELS=0) / heap pages (OXLLM_HUGE_PAGES=0)"
+echo "   panels+huge pages (default) / row tiles (--weight-layout rows) / heap pages (OXLLM_HUGE_PAGES=0)"
 for r in 1 2; do
-  for cfg in "X=1" "OXLLM_MATMUL_PANELS=0" "OXLLM_HUGE_PAGES=0"; do
-    env $cfg "$OXLLM_BIN" bench generate --model "$MODEL" --prompt-lens 128 --batch-sizes 1,16 \
+  # Each config: an environment assignment and a weight layout (the CPU backend's option).
+  for cfg in "X=1 panels" "X=1 rows" "OXLLM_HUGE_PAGES=0 panels"; do
+    set -- $cfg
+    env "$1" "$OXLLM_BIN" bench generate --model "$MODEL" --weight-layout "$2" \
+      --prompt-lens 128 --batch-sizes 1,16 \
       --output-len 128 --decode-prompt-len 128 --repeats 1 --threads 2 --seed "$r" \
       --out "$OUT/ab.jsonl" >/dev/null 2>&1
     python3 - "$OUT/ab.jsonl" "$cfg" "$r" <<'PY'

@@ -37,7 +37,7 @@ use std::time::Instant;
 use oxllm_engine::{
     Engine, EngineConfig, GenerationRequest, PlanMode, RequestEvent, RequestStream,
 };
-use oxllm_models::{load_model, ModelFile};
+use oxllm_models::{load_model_with, ModelFile};
 use oxllm_sample::SamplingParams;
 use oxllm_structured::{ConstraintSpec, GrammarCompiler};
 use oxllm_tok::Tokenizer;
@@ -59,6 +59,8 @@ pub struct GenerateBench {
     pub plan: PlanMode,
     pub kv_cache_dtype: oxllm_engine::KvCacheDtype,
     pub backend: oxllm_engine::BackendKind,
+    /// How the CPU backend stores weight matrices.
+    pub weight_layout: oxllm_engine::WeightLayout,
     /// K/V pool bytes (`None`: the engine's default).
     pub kv_cache_bytes: Option<usize>,
     /// Tokens shared by the prompts of the prefix-hit runs (0: no such runs, prefix caching
@@ -208,7 +210,8 @@ pub fn run_generate(
             "--repeats and --threads must be >= 1 and --output-len >= 2".into(),
         ));
     }
-    let (file, model) = load_model(model_path).map_err(|e| BenchError::Engine(e.to_string()))?;
+    let (file, model) = load_model_with(model_path, b.weight_layout)
+        .map_err(|e| BenchError::Engine(e.to_string()))?;
     let tok = match &file {
         ModelFile::Gguf(g) => {
             Some(Tokenizer::from_gguf(g).map_err(|e| BenchError::Engine(e.to_string()))?)
@@ -228,6 +231,9 @@ pub fn run_generate(
         plan: b.plan,
         kv_cache_dtype: b.kv_cache_dtype,
         backend: b.backend,
+        cpu: oxllm_engine::CpuOptions {
+            weight_layout: b.weight_layout,
+        },
         kv_cache: match b.kv_cache_bytes {
             Some(n) => oxllm_engine::KvCacheSize::Bytes(n),
             None => EngineConfig::default().kv_cache,

@@ -207,6 +207,10 @@ struct GenerateArgs {
     /// `cpu`, `reference` or `cuda` (an NVIDIA GPU; dense models).
     #[arg(long, default_value = "cpu")]
     backend: oxllm_engine::BackendKind,
+    /// How the CPU backend stores weight matrices: `panels` (repacked for the AVX2 / AVX-512
+    /// panel kernels where the CPU has them) or `rows` (row-major blocks as in the file).
+    #[arg(long, default_value = "panels")]
+    weight_layout: oxllm_engine::WeightLayout,
     /// K/V pool size, e.g. 4GiB [default: the engine's, 1GiB].
     #[arg(long, value_parser = crate::size::parse_bytes)]
     kv_cache_memory: Option<usize>,
@@ -465,6 +469,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         plan: a.plan,
         kv_cache_dtype: a.kv_cache_dtype,
         backend: a.backend,
+        weight_layout: a.weight_layout,
         kv_cache_bytes: a.kv_cache_memory,
         prefix_share: a.prefix_share,
         json_schema: match &a.json_schema {
@@ -506,6 +511,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             v["seed"] = json!(a.seed);
             v["plan"] = json!(format!("{:?}", a.plan).to_lowercase());
             v["backend"] = json!(format!("{:?}", a.backend).to_lowercase());
+            v["weight_layout"] = json!(a.weight_layout.to_string());
             v["commit"] = json!(commit);
             v["machine"] = serde_json::to_value(&machine)?;
             v["date"] = json!(date);

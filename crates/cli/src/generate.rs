@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use oxllm_models::{load_model, ModelFile};
+use oxllm_models::{load_model_with, ModelFile};
 use oxllm_tok::{ChatTemplate, ChatTemplateInputs, Tokenizer};
 
 use crate::batch::{run_batch, BatchDefaults};
@@ -101,6 +101,10 @@ pub struct GenerateArgs {
     /// `cuda` (an NVIDIA GPU; dense models; plans replayed as CUDA graphs).
     #[arg(long, default_value = "cpu")]
     backend: BackendKind,
+    /// How the CPU backend stores weight matrices: `panels` (repacked for the AVX2 / AVX-512
+    /// panel kernels where the CPU has them) or `rows` (row-major blocks as in the file).
+    #[arg(long, default_value = "panels")]
+    weight_layout: oxllm_engine::WeightLayout,
     #[command(flatten)]
     states: StateArgs,
 }
@@ -126,7 +130,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let (file, model) = load_model(&path).map_err(|e| crate::model_ref::load_error(&path, e))?;
+    let cpu = oxllm_engine::CpuOptions {
+        weight_layout: args.weight_layout,
+    };
+    let (file, model) = load_model_with(&path, cpu.weight_layout)
+        .map_err(|e| crate::model_ref::load_error(&path, e))?;
     let tokenizer = load_tokenizer(&file)?;
     if let (Some(input), Some(output)) = (&args.input, &args.output) {
         let config = EngineConfig {
@@ -140,6 +148,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             plan: args.plan,
             backend: args.backend,
             kv_cache_dtype: args.kv_cache_dtype,
+            cpu,
             ..EngineConfig::default()
         };
         let config = args.states.apply(config);
@@ -206,6 +215,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         plan: args.plan,
         backend: args.backend,
         kv_cache_dtype: args.kv_cache_dtype,
+        cpu,
         ..EngineConfig::default()
     };
     let engine = Engine::start(model, tokenizer.clone(), config)?;

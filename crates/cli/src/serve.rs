@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// models; plans replayed as CUDA graphs).
     #[arg(long, default_value = "cpu")]
     backend: oxllm_engine::BackendKind,
+    /// How the CPU backend stores weight matrices: `panels` (repacked for the AVX2 / AVX-512
+    /// panel kernels where the CPU has them) or `rows` (row-major blocks as in the file).
+    #[arg(long, default_value = "panels")]
+    weight_layout: oxllm_engine::WeightLayout,
     /// Seconds running requests get to finish after SIGTERM/SIGINT (match Kubernetes'
     /// `terminationGracePeriodSeconds`, less a few seconds). `/health` answers 503 meanwhile;
     /// a second signal stops at once.
@@ -148,6 +152,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         plan: args.plan,
         kv_cache_dtype: args.kv_cache_dtype,
         backend: args.backend,
+        cpu: oxllm_engine::CpuOptions {
+            weight_layout: args.weight_layout,
+        },
         ..EngineConfig::default()
     };
     let config = args.states.apply(config);
@@ -157,8 +164,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .map_or_else(|| "model".to_string(), |f| f.to_string_lossy().into_owned());
         file.strip_suffix(".gguf").unwrap_or(&file).to_string()
     });
-    let (file, model) =
-        oxllm_models::load_model(&path).map_err(|e| crate::model_ref::load_error(&path, e))?;
+    let (file, model) = oxllm_models::load_model_with(&path, config.cpu.weight_layout)
+        .map_err(|e| crate::model_ref::load_error(&path, e))?;
     let tokenizer = load_tokenizer(&file)?;
     let engine = Engine::start(model, tokenizer.clone(), config)?;
     let info = engine.handle().info().clone();

@@ -59,6 +59,38 @@ fn generate_json_on_smollm2_answers_paris() {
     assert!(v["text"].as_str().unwrap().starts_with(" Paris"), "{v}");
 }
 
+/// `--weight-layout rows` keeps SmolLM2's matrices row-major (the row kernels): the answer is
+/// still " Paris" (the oracle's wide-margin token), and a layout the CLI does not know is a
+/// clear error naming the choices.
+#[test]
+fn generate_with_row_major_weights_answers_paris_and_rejects_unknown_layouts() {
+    let out = oxllm()
+        .args(["generate", "--prompt", "The capital of France is"])
+        .args(["--max-tokens", "4", "--temperature", "0", "--json"])
+        .args(["--threads", "2", "--weight-layout", "rows", "--model"])
+        .arg(smollm2())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["text"].as_str().unwrap().starts_with(" Paris"), "{v}");
+
+    let out = oxllm()
+        .args(["generate", "--prompt", "x", "--weight-layout", "columns"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown weight layout `columns` (expected `panels` or `rows`)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn generate_prompt_ids_on_tiny_qwen3_matches_oracle() {
     let dir = repo().join("tests/fixtures/tiny/qwen3-f32");
@@ -294,7 +326,7 @@ fn bench_generate_times_every_decode_token_of_the_batch() {
             "--repeats",
             "1",
         ])
-        .args(["--threads", "2", "--out"])
+        .args(["--threads", "2", "--weight-layout", "rows", "--out"])
         .arg(&out_file)
         .arg("--model")
         .arg(repo().join("tests/fixtures/tiny/llama-f32"))
@@ -317,5 +349,6 @@ fn bench_generate_times_every_decode_token_of_the_batch() {
         let bs = v["batch_size"].as_u64().unwrap();
         assert_eq!(v["tokens_timed"].as_u64().unwrap(), bs * 4, "{v}");
         assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        assert_eq!(v["weight_layout"], "rows", "{v}");
     }
 }

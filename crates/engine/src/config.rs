@@ -1,6 +1,7 @@
 //! Engine configuration and how the KV pool size is resolved.
 
 use oxllm_models::ModelConfig;
+use oxllm_runtime::CpuOptions;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KvCacheSize {
@@ -150,6 +151,9 @@ pub struct EngineConfig {
     pub threads: usize,
     pub plan: PlanMode,
     pub backend: BackendKind,
+    /// CPU backend options (the weight layout: the model must be loaded in it, with
+    /// `oxllm_models::load_model_with`).
+    pub cpu: CpuOptions,
     /// Hybrid models: recurrent-state slots for running sequences (bounds concurrency)
     /// [default: `max_num_seqs`, within a quarter of a byte-sized KV budget].
     pub max_state_slots: Option<usize>,
@@ -174,6 +178,7 @@ impl Default for EngineConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             plan: PlanMode::default(),
             backend: BackendKind::default(),
+            cpu: CpuOptions::default(),
             max_state_slots: None,
             num_state_checkpoints: None,
             state_checkpoint_interval: 4,

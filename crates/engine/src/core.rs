@@ -762,6 +762,7 @@ mod tests {
                 max_model_len,
                 plan: PlanMode::Eager,
                 backend: BackendKind::Cpu,
+                cpu: oxllm_runtime::CpuOptions::default(),
                 kv_dtype: KvDtype::F32,
             },
         )

@@ -153,6 +153,7 @@ impl Engine {
                 max_model_len,
                 plan: config.plan,
                 backend: config.backend,
+                cpu: config.cpu,
                 kv_dtype,
             },
         )?;

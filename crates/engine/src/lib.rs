@@ -30,5 +30,7 @@ pub use config::{
 pub use error::{ContextBound, EngineError};
 pub use handle::{Engine, EngineHandle, EngineInfo};
 pub use kv_events::{BlockHash, KvEvent, KvEventBatch, KvEventReceiver, KV_EVENT_BUFFER};
+pub use oxllm_kernels::matmul::WeightLayout;
+pub use oxllm_runtime::CpuOptions;
 pub use request::{GenerationRequest, PromptLogprob, RequestEvent, RequestStream, TokenLogprob};
 pub use states::{plan_states, StatePlan};

@@ -24,7 +24,9 @@ use std::time::Instant;
 use oxllm_kernels::attention::AttnMetadata;
 use oxllm_models::graph::{record_forward, KvBuffers, StateBuffers, StepBuffers, StepView};
 use oxllm_models::{ForwardBatch, Model, ModelError, ModelKind};
-use oxllm_runtime::{Backend, BufKind, BufRef, CpuBackend, OpProfile, Plan, ReferenceBackend};
+use oxllm_runtime::{
+    Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpProfile, Plan, ReferenceBackend,
+};
 use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
 use oxllm_sample::{SampleError, Sampled, Sampler, ScoredToken};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
@@ -76,6 +78,7 @@ pub(crate) struct RunnerConfig {
     pub max_model_len: usize,
     pub plan: PlanMode,
     pub backend: BackendKind,
+    pub cpu: CpuOptions,
     pub kv_dtype: KvDtype,
 }
 
@@ -115,10 +118,11 @@ impl ModelRunner {
             max_model_len,
             plan: mode,
             backend,
+            cpu,
             kv_dtype,
         } = cfg;
         let mut backend: Box<dyn Backend + Send> = match backend {
-            BackendKind::Cpu => Box::new(CpuBackend::new(threads)),
+            BackendKind::Cpu => Box::new(CpuBackend::with_options(threads, cpu)),
             BackendKind::Reference => Box::new(ReferenceBackend::new()),
             BackendKind::Cuda => Box::new(oxllm_cuda::CudaBackend::new(0, threads)?),
             BackendKind::CudaEmulator => Box::new(oxllm_cuda::EmulatedBackend::emulated(threads)),

@@ -3,7 +3,8 @@
 //! (`matmul_pairwise`), 2 threads; then each tile kernel variant the CPU has (AVX2, AVX-VNNI,
 //! AVX512-VNNI) at m = 1, 16 (batch-16 decode) and 512; then the f32-activation output head
 //! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512; and
-//! the weight panels against the same weights row-major at m = 1 and 16; and each panel kernel
+//! the weight panels against the same weights row-major (`WeightLayout::Panels` against
+//! `WeightLayout::Rows`, the backend option `--weight-layout`) at m = 1 and 16; and each panel kernel
 //! family the CPU has (AVX2, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
 //! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16; and the k-quant panels (Q4_K,
 //! Q5_K, Q6_K, AVX2 kernel) against the same weights row-major (one AVX2 dot per row pair)
@@ -13,7 +14,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use oxllm_kernels::matmul::{
     matmul, matmul_pairwise, matmul_panels_with, matmul_tiled_with, quantize_acts, PanelKernel,
-    QMatrix, TileKernel,
+    QMatrix, TileKernel, WeightLayout,
 };
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_kernels::quant::DType;
@@ -42,11 +43,12 @@ fn q4_1_matrix(rng: &mut Lcg, rows: usize, cols: usize, row_major: bool) -> QMat
         blk[0..2].copy_from_slice(&scale);
         blk[2..4].copy_from_slice(&scale);
     }
-    if row_major {
-        QMatrix::new_row_major(DType::Q4_1, rows, cols, b).unwrap()
+    let layout = if row_major {
+        WeightLayout::Rows
     } else {
-        QMatrix::new(DType::Q4_1, rows, cols, b).unwrap()
-    }
+        WeightLayout::Panels
+    };
+    QMatrix::with_layout(DType::Q4_1, rows, cols, b, layout).unwrap()
 }
 
 fn bench(c: &mut Criterion) {
@@ -115,7 +117,7 @@ fn bench_panels(c: &mut Criterion) {
         let rows = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, true);
         let panels = q4_1_matrix(&mut Lcg(n as u64 * 7 + k as u64), n, k, false);
         if !panels.is_panels() {
-            eprintln!("panels: this CPU has no panel kernel (or OXLLM_MATMUL_PANELS=0)");
+            eprintln!("panels: this CPU has no panel kernel");
             return;
         }
         for m in [1usize, 16] {
@@ -160,10 +162,10 @@ fn bench_panel_kernels(c: &mut Criterion) {
     for dtype in [DType::Q4_1, DType::Q8_0] {
         for (n, k) in [(1536, 576), (576, 1536)] {
             let b = weight_bytes(&mut rng, dtype, n, k);
-            let rows = QMatrix::new_row_major(dtype, n, k, b.clone()).unwrap();
-            let panels = QMatrix::new(dtype, n, k, b).unwrap();
+            let rows = QMatrix::with_layout(dtype, n, k, b.clone(), WeightLayout::Rows).unwrap();
+            let panels = QMatrix::with_layout(dtype, n, k, b, WeightLayout::Panels).unwrap();
             if !panels.is_panels() {
-                eprintln!("panels: none on this CPU (or OXLLM_MATMUL_PANELS=0)");
+                eprintln!("panels: none on this CPU");
                 return;
             }
             for m in [1usize, 16, 128] {
@@ -230,10 +232,10 @@ fn bench_kquant_panels(c: &mut Criterion) {
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         for (n, k) in [(2048, 768), (768, 2048)] {
             let b = kquant_bytes(&mut rng, dtype, n, k);
-            let rows = QMatrix::new_row_major(dtype, n, k, b.clone()).unwrap();
-            let panels = QMatrix::new(dtype, n, k, b).unwrap();
+            let rows = QMatrix::with_layout(dtype, n, k, b.clone(), WeightLayout::Rows).unwrap();
+            let panels = QMatrix::with_layout(dtype, n, k, b, WeightLayout::Panels).unwrap();
             if !panels.is_panels() {
-                eprintln!("k-quant panels: none on this CPU (or OXLLM_MATMUL_PANELS=0)");
+                eprintln!("k-quant panels: none on this CPU");
                 return;
             }
             for m in [1usize, 16, 128] {

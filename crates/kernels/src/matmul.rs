@@ -54,7 +54,7 @@ mod tile_avx512;
 mod tiled;
 
 pub use acts::{quantize_acts, quantize_acts_into, QuantizedActs};
-pub use matrix::{MatrixError, QMatrix};
+pub use matrix::{MatrixError, QMatrix, WeightLayout};
 pub use panel::PanelKernel;
 pub use reference::{matmul_reference, quantize_acts_reference};
 pub use tiled::{matmul_tiled_with, TileKernel};

@@ -28,6 +28,6 @@ pub use batch::ForwardBatch;
 pub use config::{Arch, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use llama::{LayerWeights, LlamaModel};
-pub use loader::{load_model, ModelFile};
+pub use loader::{load_model, load_model_with, ModelFile};
 pub use model::{Model, ModelKind};
 pub use session::{argmax, Session, SESSION_BLOCK_SIZE};

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use oxllm_core::DType;
 use oxllm_formats::{GgufFile, HfModelDir, TensorView};
-use oxllm_kernels::matmul::QMatrix;
+use oxllm_kernels::matmul::{QMatrix, WeightLayout};
 use oxllm_kernels::quant;
 
 use crate::hybrid::{hybrid_arch, load_hybrid, HybridConfig};
@@ -124,7 +124,13 @@ fn global_names(file: &ModelFile) -> (&'static str, &'static str, &'static str) 
     }
 }
 
-fn matrix(file: &ModelFile, name: &str, rows: usize, cols: usize) -> Result<QMatrix, ModelError> {
+fn matrix(
+    file: &ModelFile,
+    layout: WeightLayout,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<QMatrix, ModelError> {
     let t = file.tensor(name)?;
     if t.shape != [rows, cols] {
         return Err(ModelError::TensorShape {
@@ -133,9 +139,11 @@ fn matrix(file: &ModelFile, name: &str, rows: usize, cols: usize) -> Result<QMat
             expected: vec![rows, cols],
         });
     }
-    QMatrix::new(t.dtype, rows, cols, t.data.to_vec()).map_err(|source| ModelError::Matrix {
-        name: name.to_string(),
-        source,
+    QMatrix::with_layout(t.dtype, rows, cols, t.data.to_vec(), layout).map_err(|source| {
+        ModelError::Matrix {
+            name: name.to_string(),
+            source,
+        }
     })
 }
 
@@ -159,9 +167,18 @@ fn vector(file: &ModelFile, name: &str, len: usize) -> Result<Vec<f32>, ModelErr
     Ok(out)
 }
 
-/// Loads the model at `path` (a `.gguf` file or a Hugging Face directory).
-/// Hybrid checkpoints whose vision tower is skipped say so on stderr.
+/// Loads the model at `path` (a `.gguf` file or a Hugging Face directory) in the default
+/// weight layout. Hybrid checkpoints whose vision tower is skipped say so on stderr.
 pub fn load_model(path: &Path) -> Result<(ModelFile, Model), ModelError> {
+    load_model_with(path, WeightLayout::default())
+}
+
+/// [`load_model`] with the weight matrices stored in `layout` (the backend's choice:
+/// `CpuOptions::weight_layout` in `oxllm-runtime`).
+pub fn load_model_with(
+    path: &Path,
+    layout: WeightLayout,
+) -> Result<(ModelFile, Model), ModelError> {
     let file = ModelFile::open(path)?;
     if let ModelFile::Hf(d) = &file {
         let name = d
@@ -177,18 +194,18 @@ pub fn load_model(path: &Path) -> Result<(ModelFile, Model), ModelError> {
                     "oxllm: {name}: serving the text model only; the vision tower is skipped"
                 );
             }
-            let model = load_hybrid(&file, config)?;
+            let model = load_hybrid(&file, config, layout)?;
             return Ok((file, model.into()));
         }
     }
-    let model = load_from(&file)?;
+    let model = load_from(&file, layout)?;
     Ok((file, model.into()))
 }
 
-fn load_from(file: &ModelFile) -> Result<LlamaModel, ModelError> {
+fn load_from(file: &ModelFile, layout: WeightLayout) -> Result<LlamaModel, ModelError> {
     let c = file.config()?;
     let (embd_name, norm_name, head_name) = global_names(file);
-    let embeddings = matrix(file, embd_name, c.vocab_size, c.hidden)?;
+    let embeddings = matrix(file, layout, embd_name, c.vocab_size, c.hidden)?;
     let mut layers = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
         let name = |p| layer_name(file, i, p);
@@ -208,19 +225,19 @@ fn load_from(file: &ModelFile) -> Result<LlamaModel, ModelError> {
         };
         layers.push(LayerWeights {
             attn_norm: vector(file, &name(Part::AttnNorm), c.hidden)?,
-            wq: matrix(file, &name(Part::Q), c.q_width(), c.hidden)?,
-            wk: matrix(file, &name(Part::K), c.kv_width(), c.hidden)?,
-            wv: matrix(file, &name(Part::V), c.kv_width(), c.hidden)?,
-            wo: matrix(file, &name(Part::O), c.hidden, c.q_width())?,
+            wq: matrix(file, layout, &name(Part::Q), c.q_width(), c.hidden)?,
+            wk: matrix(file, layout, &name(Part::K), c.kv_width(), c.hidden)?,
+            wv: matrix(file, layout, &name(Part::V), c.kv_width(), c.hidden)?,
+            wo: matrix(file, layout, &name(Part::O), c.hidden, c.q_width())?,
             bq: bias(Part::QBias, c.q_width())?,
             bk: bias(Part::KBias, c.kv_width())?,
             bv: bias(Part::VBias, c.kv_width())?,
             q_norm: norm(Part::QNorm)?,
             k_norm: norm(Part::KNorm)?,
             ffn_norm: vector(file, &name(Part::FfnNorm), c.hidden)?,
-            w_gate: matrix(file, &name(Part::Gate), c.ffn, c.hidden)?,
-            w_up: matrix(file, &name(Part::Up), c.ffn, c.hidden)?,
-            w_down: matrix(file, &name(Part::Down), c.hidden, c.ffn)?,
+            w_gate: matrix(file, layout, &name(Part::Gate), c.ffn, c.hidden)?,
+            w_up: matrix(file, layout, &name(Part::Up), c.ffn, c.hidden)?,
+            w_down: matrix(file, layout, &name(Part::Down), c.hidden, c.ffn)?,
         });
     }
     let final_norm = vector(file, norm_name, c.hidden)?;
@@ -229,7 +246,7 @@ fn load_from(file: &ModelFile) -> Result<LlamaModel, ModelError> {
     let lm_head = if c.tied_embeddings {
         None
     } else {
-        Some(matrix(file, head_name, c.vocab_size, c.hidden)?)
+        Some(matrix(file, layout, head_name, c.vocab_size, c.hidden)?)
     };
     let freq_factors = match file {
         ModelFile::Gguf(_) if file.has("rope_freqs.weight") => {

@@ -7,6 +7,7 @@
 
 use std::any::Any;
 
+use oxllm_kernels::matmul::WeightLayout;
 use oxllm_kernels::pool::ThreadPool;
 
 use crate::arena::{Arena, OpRunner};
@@ -37,17 +38,35 @@ impl OpRunner for HostRunner<'_> {
     }
 }
 
+/// How the CPU backend is set up, beyond its thread count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// How weight matrices are stored (panels for the AVX2 / AVX-512 panel kernels, or
+    /// row-major blocks): the loader repacks the model's matrices in this layout.
+    pub weight_layout: WeightLayout,
+}
+
 pub struct CpuBackend {
     arena: Arena,
     pool: ThreadPool,
+    options: CpuOptions,
 }
 
 impl CpuBackend {
     pub fn new(threads: usize) -> CpuBackend {
+        CpuBackend::with_options(threads, CpuOptions::default())
+    }
+
+    pub fn with_options(threads: usize, options: CpuOptions) -> CpuBackend {
         CpuBackend {
             arena: Arena::new(),
             pool: ThreadPool::new(threads),
+            options,
         }
+    }
+
+    pub fn options(&self) -> CpuOptions {
+        self.options
     }
 
     pub fn pool(&self) -> &ThreadPool {

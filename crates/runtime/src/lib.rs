@@ -27,7 +27,7 @@ mod reference;
 
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
-pub use cpu::{CpuBackend, HostRunner};
+pub use cpu::{CpuBackend, CpuOptions, HostRunner};
 pub use desc::{HostWeight, LayerWeight, MatmulJob, OpDesc, RopeSpec, WeightId, WeightSource};
 pub use error::RuntimeError;
 pub use kernels::Kernels;

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use oxllm_engine::{Engine, EngineConfig};
-use oxllm_models::{load_model, ModelFile};
+use oxllm_models::{load_model_with, ModelFile};
 use oxllm_tok::Tokenizer;
 
 use crate::error::ServerError;
@@ -14,10 +14,11 @@ pub fn start_engine(
     path: &Path,
     config: EngineConfig,
 ) -> Result<(Engine, Option<Tokenizer>), ServerError> {
-    let (file, model) = load_model(path).map_err(|e| ServerError::Model {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    let (file, model) =
+        load_model_with(path, config.cpu.weight_layout).map_err(|e| ServerError::Model {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
     let tokenizer = match &file {
         ModelFile::Gguf(g) => Some(Tokenizer::from_gguf(g)?),
         ModelFile::Hf(d) if d.path().join("tokenizer.json").exists() => {

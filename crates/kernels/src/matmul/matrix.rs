@@ -25,14 +25,45 @@ pub struct QMatrix {
     pub(super) f32_activations: bool,
 }
 
-/// Whether new matrices are packed into panels where the CPU has the panel kernel
-/// (`OXLLM_MATMUL_PANELS=0` keeps row-major blocks: for A/B measurements).
-fn panels_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("OXLLM_MATMUL_PANELS").map_or(true, |v| v != "0")
-            && panel::PanelKernel::best().is_some()
-    })
+/// How a backend stores quantized weight matrices: a choice of the backend that owns them
+/// (`CpuOptions` in `oxllm-runtime`, `--weight-layout` on the command line), not of the process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightLayout {
+    /// Repacked into panels where the CPU runs the panel kernels (AVX2 / AVX-512), row-major
+    /// blocks elsewhere: the fast default.
+    #[default]
+    Panels,
+    /// Row-major blocks as in the file, whatever the CPU (for A/B measurements).
+    Rows,
+}
+
+impl WeightLayout {
+    /// Whether matrices in this layout are packed into panels on this CPU.
+    fn packs(self) -> bool {
+        self == WeightLayout::Panels && panel::PanelKernel::best().is_some()
+    }
+}
+
+impl std::str::FromStr for WeightLayout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "panels" => Ok(WeightLayout::Panels),
+            "rows" => Ok(WeightLayout::Rows),
+            _ => Err(format!(
+                "unknown weight layout `{s}` (expected `panels` or `rows`)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WeightLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WeightLayout::Panels => "panels",
+            WeightLayout::Rows => "rows",
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,13 +83,26 @@ pub enum MatrixError {
 }
 
 impl QMatrix {
-    /// A matrix from row-major blocks. Q4_0, Q4_1 and Q8_0 are repacked into panels, and
-    /// Q4_K, Q5_K and Q6_K into k-panels, where the CPU runs the panel kernels (about the same
-    /// memory; [`QMatrix::row`] still gives row-major blocks).
+    /// A matrix from row-major blocks in the default layout ([`WeightLayout::Panels`]).
     pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, MatrixError> {
+        Self::with_layout(dtype, rows, cols, data, WeightLayout::default())
+    }
+
+    /// A matrix from row-major blocks stored in `layout`. With [`WeightLayout::Panels`],
+    /// Q4_0, Q4_1 and Q8_0 are repacked into panels, and Q4_K, Q5_K and Q6_K into k-panels,
+    /// where the CPU runs the panel kernels (about the same memory; [`QMatrix::row`] still
+    /// gives row-major blocks).
+    pub fn with_layout(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+        layout: WeightLayout,
+    ) -> Result<Self, MatrixError> {
         let row_bytes = Self::check(dtype, rows, cols, data.len())?;
-        let panels = panel::PanelFormat::of(dtype).filter(|_| panels_enabled());
-        let kpanels = kpanel::KPanelFormat::of(dtype).filter(|_| panels_enabled());
+        let packs = layout.packs();
+        let panels = panel::PanelFormat::of(dtype).filter(|_| packs);
+        let kpanels = kpanel::KPanelFormat::of(dtype).filter(|_| packs);
         // Packed straight from `data`: a row-major copy first would strand its bytes.
         let data = match (panels, kpanels) {
             (Some(f), _) => panel::pack(f, rows, cols, &data),
@@ -153,11 +197,14 @@ impl QMatrix {
     /// Q8_0 is repacked into wide panels where the CPU runs the panel kernels: activations
     /// are then rounded to 16 bits per 32-value block (relative error about 1.5e-5 of the
     /// block's largest value, 256 times finer than the 8-bit path) and the products run as
-    /// exact integer pair products (`vpdpwssd`, or `vpmaddwd` on AVX2).
+    /// exact integer pair products (`vpdpwssd`, or `vpmaddwd` on AVX2). A matrix built in
+    /// [`WeightLayout::Rows`] stays row-major.
     pub fn with_f32_activations(self) -> Self {
+        // Q8_0 has a panel format, so it is packed exactly when its layout asked for panels.
+        let wants_panels = self.is_panels();
         let mut m = self.into_row_major();
         m.f32_activations = true;
-        if m.dtype == DType::Q8_0 && panels_enabled() {
+        if m.dtype == DType::Q8_0 && wants_panels {
             let f = panel::PanelFormat::wide_q8_0();
             m.data = panel::pack(f, m.rows, m.cols, &m.data);
             m.panels = Some(f);

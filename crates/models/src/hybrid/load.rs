@@ -8,7 +8,7 @@
 //! per expert. Every shape is checked; a missing tensor is an error naming it.
 
 use oxllm_core::DType;
-use oxllm_kernels::matmul::QMatrix;
+use oxllm_kernels::matmul::{QMatrix, WeightLayout};
 use oxllm_kernels::quant;
 
 use super::config::{HybridConfig, LayerKind};
@@ -52,11 +52,13 @@ impl Rows {
         self.data.extend_from_slice(&other.data);
         Ok(self)
     }
-    fn matrix(self) -> Result<QMatrix, ModelError> {
+    fn matrix(self, layout: WeightLayout) -> Result<QMatrix, ModelError> {
         let rows = self.count();
-        QMatrix::new(self.dtype, rows, self.cols, self.data).map_err(|source| ModelError::Matrix {
-            name: self.name,
-            source,
+        QMatrix::with_layout(self.dtype, rows, self.cols, self.data, layout).map_err(|source| {
+            ModelError::Matrix {
+                name: self.name,
+                source,
+            }
         })
     }
 }
@@ -87,8 +89,14 @@ fn rows(file: &ModelFile, name: &str, shape: &[usize]) -> Result<Rows, ModelErro
     })
 }
 
-fn matrix(file: &ModelFile, name: &str, r: usize, c: usize) -> Result<QMatrix, ModelError> {
-    rows(file, name, &[r, c])?.matrix()
+fn matrix(
+    file: &ModelFile,
+    layout: WeightLayout,
+    name: &str,
+    r: usize,
+    c: usize,
+) -> Result<QMatrix, ModelError> {
+    rows(file, name, &[r, c])?.matrix(layout)
 }
 
 /// A float tensor of `len` values whatever its shape (norms, conv kernels, per-head scalars).
@@ -121,16 +129,23 @@ fn norm(file: &ModelFile, name: &str, len: usize, offset: bool) -> Result<Vec<f3
     Ok(w)
 }
 
-fn dense(file: &ModelFile, p: &str, hidden: usize, ffn: usize) -> Result<DenseMlp, ModelError> {
+fn dense(
+    file: &ModelFile,
+    layout: WeightLayout,
+    p: &str,
+    hidden: usize,
+    ffn: usize,
+) -> Result<DenseMlp, ModelError> {
     Ok(DenseMlp {
-        gate: matrix(file, &format!("{p}gate_proj.weight"), ffn, hidden)?,
-        up: matrix(file, &format!("{p}up_proj.weight"), ffn, hidden)?,
-        down: matrix(file, &format!("{p}down_proj.weight"), hidden, ffn)?,
+        gate: matrix(file, layout, &format!("{p}gate_proj.weight"), ffn, hidden)?,
+        up: matrix(file, layout, &format!("{p}up_proj.weight"), ffn, hidden)?,
+        down: matrix(file, layout, &format!("{p}down_proj.weight"), hidden, ffn)?,
     })
 }
 
 fn experts(
     file: &ModelFile,
+    layout: WeightLayout,
     p: &str,
     n: usize,
     h: usize,
@@ -139,7 +154,7 @@ fn experts(
     let per_expert = format!("{p}experts.0.gate_proj.weight");
     if file.tensor(&per_expert).is_ok() {
         return (0..n)
-            .map(|e| dense(file, &format!("{p}experts.{e}."), h, f))
+            .map(|e| dense(file, layout, &format!("{p}experts.{e}."), h, f))
             .collect();
     }
     let gate_up =
@@ -154,18 +169,29 @@ fn experts(
         .map(|e| {
             let base = e * 2 * f;
             Ok(DenseMlp {
-                gate: gate_up.select(base..base + f).matrix()?,
-                up: gate_up.select(base + f..base + 2 * f).matrix()?,
-                down: down.select(e * h..(e + 1) * h).matrix()?,
+                gate: gate_up.select(base..base + f).matrix(layout)?,
+                up: gate_up.select(base + f..base + 2 * f).matrix(layout)?,
+                down: down.select(e * h..(e + 1) * h).matrix(layout)?,
             })
         })
         .collect()
 }
 
-pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel, ModelError> {
+/// Loads a hybrid model, its weight matrices stored in `layout`.
+pub fn load_hybrid(
+    file: &ModelFile,
+    config: HybridConfig,
+    layout: WeightLayout,
+) -> Result<HybridModel, ModelError> {
     let c = &config.base;
     let (h, pre, off) = (c.hidden, config.prefix.as_str(), config.offset_norms);
-    let embeddings = matrix(file, &format!("{pre}embed_tokens.weight"), c.vocab_size, h)?;
+    let embeddings = matrix(
+        file,
+        layout,
+        &format!("{pre}embed_tokens.weight"),
+        c.vocab_size,
+        h,
+    )?;
     let mut layers = Vec::with_capacity(c.n_layers);
     for (i, kind) in config.layers.iter().enumerate() {
         let lp = format!("{pre}layers.{i}.");
@@ -174,10 +200,10 @@ pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel
                 let a = format!("{lp}self_attn.");
                 let qrows = c.q_width() * if config.attn_gate { 2 } else { 1 };
                 Mixer::Full(GatedAttention {
-                    wq: matrix(file, &format!("{a}q_proj.weight"), qrows, h)?,
-                    wk: matrix(file, &format!("{a}k_proj.weight"), c.kv_width(), h)?,
-                    wv: matrix(file, &format!("{a}v_proj.weight"), c.kv_width(), h)?,
-                    wo: matrix(file, &format!("{a}o_proj.weight"), h, c.q_width())?,
+                    wq: matrix(file, layout, &format!("{a}q_proj.weight"), qrows, h)?,
+                    wk: matrix(file, layout, &format!("{a}k_proj.weight"), c.kv_width(), h)?,
+                    wv: matrix(file, layout, &format!("{a}v_proj.weight"), c.kv_width(), h)?,
+                    wo: matrix(file, layout, &format!("{a}o_proj.weight"), h, c.q_width())?,
                     q_norm: norm(file, &format!("{a}q_norm.weight"), c.head_dim, off)?,
                     k_norm: norm(file, &format!("{a}k_norm.weight"), c.head_dim, off)?,
                     gated: config.attn_gate,
@@ -219,8 +245,8 @@ pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel
                 let a_log = floats(file, &format!("{a}A_log"), &[nv])?;
                 Mixer::Linear(GatedDeltaNet {
                     cfg: l,
-                    in_proj: in_proj.matrix()?,
-                    in_proj_ba: ba.matrix()?,
+                    in_proj: in_proj.matrix(layout)?,
+                    in_proj_ba: ba.matrix(layout)?,
                     conv: floats(
                         file,
                         &format!("{a}conv1d.weight"),
@@ -229,7 +255,7 @@ pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel
                     neg_a: a_log.iter().map(|x| -x.exp()).collect(),
                     dt_bias: floats(file, &format!("{a}dt_bias"), &[nv])?,
                     norm: floats(file, &format!("{a}norm.weight"), &[l.v_dim])?,
-                    out_proj: matrix(file, &format!("{a}out_proj.weight"), h, vw)?,
+                    out_proj: matrix(file, layout, &format!("{a}out_proj.weight"), h, vw)?,
                     eps: c.rms_eps,
                 })
             }
@@ -237,21 +263,27 @@ pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel
         let mp = format!("{lp}mlp.");
         let mlp = match config.moe.filter(|_| config.moe_layers[i]) {
             Some(m) => Mlp::Moe(MoeMlp {
-                router: matrix(file, &format!("{mp}gate.weight"), m.n_experts, h)?
+                router: matrix(file, layout, &format!("{mp}gate.weight"), m.n_experts, h)?
                     .with_f32_activations(),
-                experts: experts(file, &mp, m.n_experts, h, m.expert_ffn)?,
+                experts: experts(file, layout, &mp, m.n_experts, h, m.expert_ffn)?,
                 top_k: m.top_k,
                 norm_topk: m.norm_topk,
                 shared: match m.shared_ffn {
                     Some(f) => Some((
-                        dense(file, &format!("{mp}shared_expert."), h, f)?,
-                        matrix(file, &format!("{mp}shared_expert_gate.weight"), 1, h)?
-                            .with_f32_activations(),
+                        dense(file, layout, &format!("{mp}shared_expert."), h, f)?,
+                        matrix(
+                            file,
+                            layout,
+                            &format!("{mp}shared_expert_gate.weight"),
+                            1,
+                            h,
+                        )?
+                        .with_f32_activations(),
                     )),
                     None => None,
                 },
             }),
-            None => Mlp::Dense(dense(file, &mp, h, c.ffn)?),
+            None => Mlp::Dense(dense(file, layout, &mp, h, c.ffn)?),
         };
         layers.push(HybridLayer {
             input_norm: norm(file, &format!("{lp}input_layernorm.weight"), h, off)?,
@@ -269,7 +301,7 @@ pub fn load_hybrid(file: &ModelFile, config: HybridConfig) -> Result<HybridModel
     let lm_head = if c.tied_embeddings {
         None
     } else {
-        Some(matrix(file, "lm_head.weight", c.vocab_size, h)?)
+        Some(matrix(file, layout, "lm_head.weight", c.vocab_size, h)?)
     };
     Ok(HybridModel::new(
         config, embeddings, layers, final_norm, lm_head,
