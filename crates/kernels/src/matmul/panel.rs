@@ -516,8 +516,9 @@ mod tests {
     }
 
     /// `kernel` (through `matmul_panels_with` on a packed matrix) gives the reference's bits
-    /// for every output: each format; 1 to 40 activation rows (every rows-per-call remainder,
-    /// whole and partial chunks, a prefill-sized batch); panel counts odd and even, with
+    /// for every output: each format; 1 to 40 activation rows (every call size of the AVX2
+    /// kernels' 8 rows per call and the AVX512-VNNI ones', whole and partial chunks, a
+    /// prefill-sized batch); panel counts odd and even, with
     /// partial last panels (fewer and more than 8 live rows).
     fn assert_kernel_matches_reference(kernel: PanelKernel) {
         use crate::matmul::{matmul_panels_with, quantize_acts, QMatrix};
@@ -538,7 +539,7 @@ mod tests {
                     .into_panels();
                 assert!(w.is_panels());
                 let adt = quant::activation_dtype(dtype).unwrap();
-                for m in [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 19, 40] {
+                for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 16, 17, 19, 40] {
                     let x: Vec<f32> = (0..m * cols)
                         .map(|_| (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3)
                         .collect();
@@ -606,7 +607,7 @@ mod tests {
                 return;
             }
             let mut wf = vec![0f32; cols];
-            for m in [1, 2, 3, 4, 5, 8, 9, 16, 19, 40] {
+            for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16, 19, 40] {
                 let x: Vec<f32> = (0..m * cols)
                     .map(|_| (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3)
                     .collect();

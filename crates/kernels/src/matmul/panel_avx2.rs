@@ -5,8 +5,9 @@
 //!
 //! A ymm register holds 8 lanes, half a panel: a call computes one half (rows `8h..8h + 8`,
 //! the `h`-th 32 bytes of every 64-byte quant register of a record) against up to
-//! [`CALL_ROWS`] activation rows, every block of the row. Per block, each activation dword is
-//! broadcast and multiplied into all 8 lanes at once, so no horizontal sum is needed:
+//! [`CALL_ROWS`] ([`WIDE_CALL_ROWS`]) activation rows, every block of the row. Per block,
+//! each activation dword is broadcast and multiplied into all 8 lanes at once, so no
+//! horizontal sum is needed:
 //! - Q4_0 / Q4_1 (nibbles `0..=15`): `vpmaddubsw` of the nibbles by the broadcast signed
 //!   activation bytes gives i16 pairs of at most `2 * 15 * 127`; the 8 of a block add up in
 //!   i16 without overflow (at most 30480), and one `vpmaddwd` by ones makes the exact i32 sum.
@@ -31,9 +32,17 @@ use std::arch::x86_64::*;
 use super::panel_avx512::{Chunk, WideChunk, CH};
 use crate::quant::QK;
 
-/// Activation rows per kernel call: each row keeps an accumulator and an integer sum in
-/// registers beside the weight and constant registers, which 16 ymm registers allow for 4.
-pub(crate) const CALL_ROWS: usize = 4;
+/// Activation rows per call of [`panel_half`]: each row keeps an accumulator and an i16 sum
+/// beside the weight and constant registers. 16 ymm registers hold all of that for 6 rows;
+/// at 8 a few accumulators spill, touched once per block, which costs less than the weight
+/// loads and nibble unpacking saved by two calls (instead of four) per half panel at batch 16:
+/// single-thread m = 16 Q4_1 1536x576, AVX2, best of 1000 (docs/BENCHMARKS.md, sitting 9):
+/// 157-167 us at 8 rows against 189 us at 4, 182 us at 6.
+pub(crate) const CALL_ROWS: usize = 8;
+
+/// Activation rows per call of [`wide_half`]: its 8 i32 sums per row leave room for 6
+/// rows without spilling; 8 rows spill into every pair dword and ran no faster than 4.
+pub(crate) const WIDE_CALL_ROWS: usize = 6;
 
 /// Lane mask of the set bits of `bits` (lane `i` for bit `i`), for `vmaskmovps`.
 #[inline(always)]

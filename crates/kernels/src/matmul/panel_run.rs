@@ -2,10 +2,10 @@
 //! activations are packed chunk-major once per call, then tiles of (whole pairs of panels of
 //! weight rows) x (activation rows) are handed out like the other plans' tiles; inside a tile
 //! each pair of panels (AVX512-VNNI) or each half panel (AVX2) passes over the tile's rows in
-//! kernel calls of up to 8 (4) rows, staying in L1 between calls.
+//! kernel calls of up to 8 (AVX2: 8, wide 6) rows, staying in L1 between calls.
 
 use super::panel::{pack_act16, pack_acts, PanelFormat, PanelKernel, P};
-use super::panel_avx2::{panel_half, wide_half, CALL_ROWS};
+use super::panel_avx2::{panel_half, wide_half, CALL_ROWS, WIDE_CALL_ROWS};
 use super::panel_avx512::{panel_pair, wide_pair, Chunk, WideChunk, CH, PAIR_ROWS};
 use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
@@ -319,13 +319,12 @@ type HalfAt = (*const u8, usize, *const u8, usize, usize, (usize, u8));
 
 /// Runs `call` for each AVX2 kernel call of weight tile `wi` against rows `c0..c0 + rows`,
 /// with the rows left from the call's first: each half panel passes over the rows
-/// [`CALL_ROWS`] at a time; the first call of a panel asks for the next panel's weights.
+/// `step` at a time ([`CALL_ROWS`], [`WIDE_CALL_ROWS`]); the first call of a panel asks for
+/// the next panel's weights.
 #[inline(always)]
 fn for_each_half(
     p: &PanelPlan<'_>,
-    wi: usize,
-    c0: usize,
-    rows: usize,
+    (wi, c0, rows, step): (usize, usize, usize, usize),
     mut call: impl FnMut(HalfAt, usize),
 ) {
     let (n, rec) = (p.w.rows, p.f.record_bytes());
@@ -355,7 +354,7 @@ fn for_each_half(
                     (panel_at(j), h, ahead, c0, r0, (col + 8 * h, bits)),
                     rows - r0,
                 );
-                r0 += CALL_ROWS;
+                r0 += step;
             }
         }
         j += P;
@@ -377,11 +376,17 @@ unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, wi, c0, rows, |at, rest| match rest {
-            1 => half::<1, MIN, NIB, BIAS>(p, at, out),
-            2 => half::<2, MIN, NIB, BIAS>(p, at, out),
-            3 => half::<3, MIN, NIB, BIAS>(p, at, out),
-            _ => half::<4, MIN, NIB, BIAS>(p, at, out),
+        for_each_half(p, (wi, c0, rows, CALL_ROWS), |at, rest| {
+            match rest.min(CALL_ROWS) {
+                1 => half::<1, MIN, NIB, BIAS>(p, at, out),
+                2 => half::<2, MIN, NIB, BIAS>(p, at, out),
+                3 => half::<3, MIN, NIB, BIAS>(p, at, out),
+                4 => half::<4, MIN, NIB, BIAS>(p, at, out),
+                5 => half::<5, MIN, NIB, BIAS>(p, at, out),
+                6 => half::<6, MIN, NIB, BIAS>(p, at, out),
+                7 => half::<7, MIN, NIB, BIAS>(p, at, out),
+                _ => half::<8, MIN, NIB, BIAS>(p, at, out),
+            }
         });
     }
 }
@@ -418,11 +423,15 @@ unsafe fn tile_wide_avx2(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, wi, c0, rows, |at, rest| match rest {
-            1 => half_wide::<1>(p, at, out),
-            2 => half_wide::<2>(p, at, out),
-            3 => half_wide::<3>(p, at, out),
-            _ => half_wide::<4>(p, at, out),
+        for_each_half(p, (wi, c0, rows, WIDE_CALL_ROWS), |at, rest| {
+            match rest.min(WIDE_CALL_ROWS) {
+                1 => half_wide::<1>(p, at, out),
+                2 => half_wide::<2>(p, at, out),
+                3 => half_wide::<3>(p, at, out),
+                4 => half_wide::<4>(p, at, out),
+                5 => half_wide::<5>(p, at, out),
+                _ => half_wide::<6>(p, at, out),
+            }
         });
     }
 }
