@@ -23,7 +23,8 @@
 //!
 //! - constrained decode (`json_schema` set): the decode requests follow that JSON schema (one
 //!   compiled grammar, cloned per request); a `compile` record times its first compilation,
-//!   and each decode record carries the mean time the engine spent computing a token mask.
+//!   and each decode record carries the mean time the engine spent computing a token mask
+//!   and advancing a grammar past a sampled token.
 //!
 //! Every time is the engine's stamp on a delta (`produced_at`, taken when the step that
 //! sampled it returned), never the instant a reader thread saw it: on a loaded machine a
@@ -89,6 +90,9 @@ pub struct GenerateRecord {
     /// Constrained decode: mean microseconds per token mask over the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mask_us_per_token: Option<f64>,
+    /// Constrained decode: mean microseconds per grammar advance (one per sampled token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advance_us_per_token: Option<f64>,
 }
 
 fn ids_of_len(
@@ -280,6 +284,7 @@ pub fn run_generate(
                     .into(),
                 cached_tokens: 0,
                 mask_us_per_token: None,
+                advance_us_per_token: None,
             })?;
             Some(c)
         }
@@ -303,6 +308,7 @@ pub fn run_generate(
                 timed: "submit -> first token of one request with max_tokens 1 (prefill forward + 1 sample)".into(),
                 cached_tokens: 0,
                 mask_us_per_token: None,
+                advance_us_per_token: None,
             })?;
         }
     }
@@ -337,6 +343,7 @@ pub fn run_generate(
                     timed: format!("submit -> first token of one request with max_tokens 1 whose first {} tokens the previous request shared (prefix_cold: none before it)", b.prefix_share),
                     cached_tokens: cached,
                     mask_us_per_token: None,
+                    advance_us_per_token: None,
                 })?;
             }
         }
@@ -383,6 +390,12 @@ pub fn run_generate(
                 let mask_us_per_token = (masks > 0).then(|| {
                     (masks_after.mask_seconds - masks_before.mask_seconds) * 1e6 / masks as f64
                 });
+                let advances = masks_after.grammar_advances - masks_before.grammar_advances;
+                let advance_us_per_token = (advances > 0).then(|| {
+                    (masks_after.grammar_advance_seconds - masks_before.grammar_advance_seconds)
+                        * 1e6
+                        / advances as f64
+                });
                 sink(&GenerateRecord {
                 kind: "generate".into(),
                 phase: "decode".into(),
@@ -396,6 +409,7 @@ pub fn run_generate(
                 timed: "last request's first token -> last token of the batch (engine step stamps); tokens produced in that window".into(),
                 cached_tokens: 0,
                 mask_us_per_token,
+                advance_us_per_token,
             })?;
             }
         }

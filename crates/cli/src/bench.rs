@@ -503,6 +503,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
         if let Some(us) = r.mask_us_per_token {
             println!("{:<11} mask {us:.1} us per token", "");
         }
+        if let Some(us) = r.advance_us_per_token {
+            println!("{:<11} grammar advance {us:.1} us per token", "");
+        }
         if let Some(out) = &a.out {
             let mut v = serde_json::to_value(r)?;
             v["model"] = json!(path.display().to_string());

@@ -51,6 +51,9 @@ pub struct EngineStats {
     /// Constrained decoding: token masks computed so far and the seconds they took.
     pub masks_computed: u64,
     pub mask_seconds: f64,
+    /// Constrained decoding: sampled tokens the grammars consumed and the seconds it took.
+    pub grammar_advances: u64,
+    pub grammar_advance_seconds: f64,
     /// Stop strings: text bytes fed to the requests' stop matchers, and the matchers' steps
     /// (at most twice the bytes, whatever the stop lists: a long list does not slow a step).
     pub stop_match_bytes: u64,
@@ -147,6 +150,8 @@ pub(crate) struct EngineCore<'t> {
     seed_base: u64,
     masks_computed: u64,
     mask_seconds: f64,
+    grammar_advances: u64,
+    grammar_advance_seconds: f64,
     stop_match: StopMatchWork,
 }
 
@@ -176,6 +181,8 @@ impl<'t> EngineCore<'t> {
             seed_base,
             masks_computed: 0,
             mask_seconds: 0.0,
+            grammar_advances: 0,
+            grammar_advance_seconds: 0.0,
             stop_match: StopMatchWork::default(),
         };
         core.publish_stats();
@@ -440,7 +447,15 @@ impl<'t> EngineCore<'t> {
                 Some(Ok(s)) => {
                     let advanced = match self.live.get_mut(&id).and_then(|l| l.constraint.as_mut())
                     {
-                        Some(c) => c.advance(s.token),
+                        Some(c) => {
+                            let before = c.stats();
+                            let advanced = c.advance(s.token);
+                            let after = c.stats();
+                            self.grammar_advances += after.advances - before.advances;
+                            self.grammar_advance_seconds +=
+                                after.advance_seconds - before.advance_seconds;
+                            advanced
+                        }
                         None => Ok(()),
                     };
                     if let Err(e) = advanced {
@@ -694,6 +709,8 @@ impl<'t> EngineCore<'t> {
             num_state_checkpoints: kv.checkpoint_stats().map_or(0, |c| c.committed),
             masks_computed: self.masks_computed,
             mask_seconds: self.mask_seconds,
+            grammar_advances: self.grammar_advances,
+            grammar_advance_seconds: self.grammar_advance_seconds,
             stop_match_bytes: self.stop_match.bytes,
             stop_match_steps: self.stop_match.steps,
         };

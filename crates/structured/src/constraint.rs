@@ -12,11 +12,14 @@ use llguidance::Matcher;
 
 use crate::StructuredError;
 
-/// Time spent computing masks, for `oxllm bench`.
+/// Time spent computing masks and advancing the grammar, for `oxllm bench`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MaskStats {
     pub masks: u64,
     pub seconds: f64,
+    /// Sampled tokens the grammar consumed, and the seconds [`Constraint::advance`] took.
+    pub advances: u64,
+    pub advance_seconds: f64,
 }
 
 #[derive(Clone)]
@@ -122,9 +125,14 @@ impl Constraint {
         if self.eos_ids.contains(&token) {
             return Ok(());
         }
-        self.matcher
+        let start = Instant::now();
+        let consumed = self
+            .matcher
             .consume_token(token)
-            .map_err(|e| StructuredError::Matcher(e.to_string()))
+            .map_err(|e| StructuredError::Matcher(e.to_string()));
+        self.stats.advances += 1;
+        self.stats.advance_seconds += start.elapsed().as_secs_f64();
+        consumed
     }
 
     fn track_marker(&mut self, token: u32) {
