@@ -186,6 +186,8 @@ fn constrained_rows_follow_their_grammar_and_leave_unconstrained_rows_unchanged(
         assert!(cut.1.starts_with('{'), "{:?}", cut.1);
         let stats = engine.handle().stats();
         assert!(stats.masks_computed > 0);
+        // Every constrained token but an EOS was consumed by its grammar after a mask.
+        assert!(stats.grammar_advances > 0 && stats.grammar_advances <= stats.masks_computed);
         assert_eq!(
             compiler.stats().compiled,
             3,

@@ -197,3 +197,23 @@ fn structural_tags_constrain_only_what_follows_a_trigger() {
     });
     assert!(compile_error(&c, bad).contains("none of the triggers"));
 }
+
+/// `oxllm bench` divides these counters into per-token times, so each must count exactly
+/// its own calls: a mask per `fill_mask`, an advance per consumed token, none for EOS (which
+/// ends the request without reaching the grammar).
+#[test]
+fn stats_count_each_mask_and_each_grammar_advance() {
+    let tok = tokenizer();
+    let c = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
+    let mut con = c
+        .compile(&ConstraintSpec::Choice(vec!["yes".into(), "no".into()]))
+        .unwrap();
+    assert_eq!(con.stats(), oxllm_structured::MaskStats::default());
+    let ids = tok.encode("yes", false).unwrap();
+    assert!(allows(&mut con, &tok, "yes"));
+    con.advance(tok.eos_ids()[0]).unwrap();
+    let s = con.stats();
+    assert_eq!(s.masks, ids.len() as u64 + 1);
+    assert_eq!(s.advances, ids.len() as u64);
+    assert!(s.seconds > 0.0 && s.advance_seconds > 0.0, "{s:?}");
+}
