@@ -409,7 +409,7 @@ mod tests {
                     .unwrap()
                     .into_panels();
                 assert!(w.is_panels());
-                for m in [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 19, 40] {
+                for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 16, 17, 19, 40] {
                     let x: Vec<f32> = (0..m * cols)
                         .map(|e| match (extreme, (e / cols) % 2) {
                             (false, _) => (rng(&mut seed) % 2000) as f32 / 300.0 - 3.3,

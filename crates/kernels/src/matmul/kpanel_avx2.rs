@@ -22,9 +22,12 @@ use std::arch::x86_64::*;
 use super::kpanel::{KPanelFormat, A_BSUMS, A_BYTES, A_QS, Q4K, Q5K, Q6K};
 use super::panel::P;
 
-/// Activation rows per kernel call: each keeps an accumulator, an i32 sum and an i16 sum in
-/// registers beside the weight and constant registers, which 16 ymm registers allow for 4.
-pub(crate) const CALL_ROWS: usize = 4;
+/// Activation rows per kernel call: each keeps an accumulator, an i32 sum and an i16 sum
+/// beside the weight and constant registers; 16 ymm registers hold them for 4 rows. At 8 some
+/// spill, which costs less than unpacking every half panel four times at batch 16 instead of
+/// twice: single-thread m = 16, 2048x768, AVX2, best of 500 (docs/BENCHMARKS.md, sitting 9):
+/// Q6_K 458-461 us against 525-541 us at 4, Q4_K and Q5_K within the noise.
+pub(crate) const CALL_ROWS: usize = 8;
 
 /// Quant dwords whose `vpmaddubsw` pairs may add up in i16 before a `vpmaddwd` (see the
 /// module doc; activations are at most 128 in magnitude).

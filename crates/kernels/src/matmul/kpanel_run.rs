@@ -128,11 +128,15 @@ unsafe fn tile<const K: u8>(
                     let at = (panel_at(j), h, ahead);
                     let dst = (j + 8 * h, bits);
                     let first = i0 + r0;
-                    match rows - r0 {
+                    match (rows - r0).min(CALL_ROWS) {
                         1 => call::<1, K>(p, at, first, dst, out),
                         2 => call::<2, K>(p, at, first, dst, out),
                         3 => call::<3, K>(p, at, first, dst, out),
-                        _ => call::<4, K>(p, at, first, dst, out),
+                        4 => call::<4, K>(p, at, first, dst, out),
+                        5 => call::<5, K>(p, at, first, dst, out),
+                        6 => call::<6, K>(p, at, first, dst, out),
+                        7 => call::<7, K>(p, at, first, dst, out),
+                        _ => call::<8, K>(p, at, first, dst, out),
                     }
                     r0 += CALL_ROWS;
                 }
