@@ -1,10 +1,10 @@
-//! One AVX2 panel matmul at m = 16 (a batch-16 decode step's shape) on one thread, timed call
-//! by call; prints the best call of `ITERS`. On a shared, noisy machine the best call is what
+//! One AVX2 panel matmul at m = 16 (a batch-16 decode step's shape; `M` rows if given, e.g.
+//! 128 for a prefill tile) on one thread, timed call by call; prints the best call of `ITERS`. On a shared, noisy machine the best call is what
 //! the kernel can do when nothing preempts it, which the mean of a 2-thread criterion run is
 //! not. Random weights (scales set to keep sums small), random activations; prints a checksum
 //! of the outputs so two builds can be checked to compute the same thing.
 //!
-//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS`
+//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M]`
 //! (`head`: SmolLM2's Q8_0 49152x576 output head with 16-bit activations; q4_1 / q8_0
 //! 1536x576; k-quants 2048x768). Run it with `OXLLM_ISA=avx2` on AVX-512 hosts as well: the
 //! panels are packed the same way, and the AVX2 kernel is named explicitly.
@@ -30,11 +30,14 @@ fn main() -> ExitCode {
         _ => None,
     };
     let iters = args.get(1).and_then(|s| s.parse::<usize>().ok());
-    let (Some((dtype, n, k, head)), Some(iters)) = (shape, iters.filter(|&i| i > 0)) else {
-        eprintln!("usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS (ITERS > 0)");
+    let m = args.get(2).map_or(Some(16), |s| s.parse::<usize>().ok());
+    let (Some((dtype, n, k, head)), Some(iters), Some(m)) =
+        (shape, iters.filter(|&i| i > 0), m.filter(|&m| m > 0))
+    else {
+        eprintln!("usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] (ITERS, M > 0)");
         return ExitCode::FAILURE;
     };
-    match run(dtype, (n, k, head), iters) {
+    match run(dtype, (n, k, head), iters, m) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("panels_m16_best: {e}");
@@ -47,6 +50,7 @@ fn run(
     dtype: DType,
     (n, k, head): (usize, usize, bool),
     iters: usize,
+    m: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let pool = ThreadPool::new(1);
     let mut state = 17u64;
@@ -79,7 +83,6 @@ fn run(
     if !w.is_panels() {
         return Err("no panel kernel on this CPU".into());
     }
-    let m = 16;
     let x: Vec<f32> = (0..m * k)
         .map(|_| next() as f32 / (1u64 << 31) as f32 - 0.5)
         .collect();
@@ -99,7 +102,7 @@ fn run(
     let macs = (m * n * k) as f64;
     let sum: f64 = out.iter().map(|&v| f64::from(v)).sum();
     println!(
-        "{dtype} {n}x{k} m=16, 1 thread, AVX2 panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
+        "{dtype} {n}x{k} m={m}, 1 thread, AVX2 panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
         best * 1e6,
         macs / best / 1e9
     );
