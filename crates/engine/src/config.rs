@@ -162,6 +162,10 @@ pub struct EngineConfig {
     pub num_state_checkpoints: Option<usize>,
     /// Hybrid models: blocks between recurrent-state checkpoints.
     pub state_checkpoint_interval: usize,
+    /// Constrained decoding: compute a step's token masks on a worker thread while its forward
+    /// runs (the sample op waits for them), instead of on the engine thread before the step.
+    /// Output is the same either way.
+    pub overlap_masks: bool,
 }
 
 impl Default for EngineConfig {
@@ -182,6 +186,7 @@ impl Default for EngineConfig {
             max_state_slots: None,
             num_state_checkpoints: None,
             state_checkpoint_interval: 4,
+            overlap_masks: true,
         }
     }
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use oxllm_core::{FinishReason, ReqId};
+use oxllm_sample::mask_gate::MaskGate;
 use oxllm_sample::{Sampler, StopChecker};
 use oxllm_sched::{Request, Scheduler, SchedulerOutput};
 use oxllm_structured::{Constraint, StructuredError};
@@ -54,6 +55,8 @@ pub struct EngineStats {
     /// Constrained decoding: sampled tokens the grammars consumed and the seconds it took.
     pub grammar_advances: u64,
     pub grammar_advance_seconds: f64,
+    /// Steps whose masks a worker computed while the step's forward ran (overlap on).
+    pub masks_overlapped: u64,
     /// Stop strings: text bytes fed to the requests' stop matchers, and the matchers' steps
     /// (at most twice the bytes, whatever the stop lists: a long list does not slow a step).
     pub stop_match_bytes: u64,
@@ -100,6 +103,8 @@ pub(crate) struct StepRun {
     /// The prompt positions the step scored (prompt logprobs), in row order.
     scores: Vec<(ReqId, ScoreAt)>,
     produced_at: Instant,
+    /// Constrained requests whose mask failed on the worker (overlap on).
+    mask_failures: Vec<(ReqId, StructuredError)>,
 }
 
 type StepRows = (Vec<(ReqId, SampleOutcome)>, Vec<Option<ScoredToken>>);
@@ -152,6 +157,9 @@ pub(crate) struct EngineCore<'t> {
     mask_seconds: f64,
     grammar_advances: u64,
     grammar_advance_seconds: f64,
+    masks_overlapped: u64,
+    /// Compute token masks on a worker while the forward runs (else before the step).
+    overlap_masks: bool,
     stop_match: StopMatchWork,
 }
 
@@ -183,6 +191,8 @@ impl<'t> EngineCore<'t> {
             mask_seconds: 0.0,
             grammar_advances: 0,
             grammar_advance_seconds: 0.0,
+            masks_overlapped: 0,
+            overlap_masks: true,
             stop_match: StopMatchWork::default(),
         };
         core.publish_stats();
@@ -348,7 +358,11 @@ impl<'t> EngineCore<'t> {
             .filter(|s| s.needs_sample && !s.token_ids.is_empty())
             .map(|s| s.req_id)
             .collect();
-        let mask_failures = self.compute_masks(&sampling);
+        let mask_failures = if self.overlap_masks {
+            Vec::new()
+        } else {
+            self.compute_masks(&sampling)
+        };
         Some(StepPlan {
             out,
             sampling,
@@ -368,22 +382,88 @@ impl<'t> EngineCore<'t> {
             .collect();
         let scores = self.score_rows(&plan.out);
         let mut jobs: Vec<Option<SampleJob<'_>>> = plan.sampling.iter().map(|_| None).collect();
+        // Overlap on: the constrained rows' grammars, filled on a worker into the gate row
+        // of their sampling row while the forward runs.
+        let mut work: Vec<MaskWork<'_>> = Vec::new();
+        let overlap = self.overlap_masks;
         for (id, live) in self.live.iter_mut() {
             if plan.mask_failures.iter().any(|(f, _)| f == id) {
                 continue;
             }
             if let (Some(&row), Some(req)) = (row_of.get(id), self.scheduler.request(*id)) {
-                let constrained = live.constraint.as_ref().is_some_and(|c| c.is_active());
+                let LiveRequest {
+                    sampler,
+                    constraint,
+                    mask,
+                    ..
+                } = live;
+                let active = constraint.as_deref_mut().filter(|c| c.is_active());
+                let (mask, gate_row) = match active {
+                    Some(c) if overlap => {
+                        work.push(MaskWork {
+                            id: *id,
+                            row,
+                            constraint: c,
+                        });
+                        (None, Some(row))
+                    }
+                    Some(_) => (Some(mask.as_slice()), None),
+                    None => (None, None),
+                };
                 jobs[row] = Some(SampleJob {
-                    sampler: &mut live.sampler,
+                    sampler,
                     prompt: req.prompt(),
                     output: req.output(),
-                    mask: constrained.then_some(live.mask.as_slice()),
+                    mask,
+                    gate_row,
                 });
             }
         }
         let score_rows: Vec<ScoreRow> = scores.iter().map(|(_, s)| s.row).collect();
-        let executed = self.runner.execute(&plan.out, &mut jobs, &score_rows);
+        let (executed, masks) = if work.is_empty() {
+            let executed = self.runner.execute(&plan.out, &mut jobs, &score_rows);
+            (executed, MaskReport::default())
+        } else {
+            let gate = Arc::clone(self.runner.mask_gate());
+            let work_ids: Vec<ReqId> = work.iter().map(|w| w.id).collect();
+            let runner = &mut self.runner;
+            let forward_start = Instant::now();
+            gate.close();
+            let gate_ref = &gate;
+            std::thread::scope(|s| {
+                let spawned = std::thread::Builder::new()
+                    .name("oxllm-masks".into())
+                    .spawn_scoped(s, move || fill_gate(gate_ref, work));
+                let (worker, inline) = match spawned {
+                    Ok(h) => (Some(h), None),
+                    // No thread to be had: open the gate (the sample op must not wait) and
+                    // fail the constrained requests of this step, cleanly.
+                    Err(e) => {
+                        log::warn!("oxllm: mask worker did not start: {e}");
+                        drop(gate.fill());
+                        let why = format!("the mask worker did not start: {e}");
+                        (None, Some(MaskReport::failed(&work_ids, &why)))
+                    }
+                };
+                let executed = runner.execute(&plan.out, &mut jobs, &score_rows);
+                let forward_end = Instant::now();
+                let mut report = match (worker, inline) {
+                    (_, Some(r)) => r,
+                    (Some(h), None) => h.join().unwrap_or_else(|_| {
+                        MaskReport::failed(&work_ids, "the mask worker panicked")
+                    }),
+                    (None, None) => MaskReport::default(),
+                };
+                report.overlapped = report
+                    .span
+                    .is_some_and(|(a, b)| a < forward_end && b > forward_start);
+                (executed, report)
+            })
+        };
+        self.masks_computed += masks.masks;
+        self.mask_seconds += masks.seconds;
+        self.masks_overlapped += u64::from(masks.overlapped);
+        let mask_failures = masks.failures;
         let produced_at = Instant::now();
         StepRun {
             rows: executed.map(|r: StepResult| {
@@ -397,6 +477,7 @@ impl<'t> EngineCore<'t> {
             }),
             scores,
             produced_at,
+            mask_failures,
         }
     }
 
@@ -414,7 +495,11 @@ impl<'t> EngineCore<'t> {
             rows,
             scores,
             produced_at,
+            mask_failures,
         } = run;
+        for (id, err) in mask_failures {
+            self.fail(id, err.into());
+        }
         let (rows, scored) = match rows {
             Ok(r) => r,
             Err(e) => {
@@ -547,6 +632,12 @@ impl<'t> EngineCore<'t> {
             first_row += n;
         }
         rows
+    }
+
+    /// Computes token masks on a worker while the forward runs (on by default), or before
+    /// each step on the engine thread; either way the same masks reach the same rows.
+    pub fn set_overlap_masks(&mut self, on: bool) {
+        self.overlap_masks = on;
     }
 
     /// Fills the masks of this step's constrained sampling rows; returns the requests whose
@@ -711,6 +802,7 @@ impl<'t> EngineCore<'t> {
             mask_seconds: self.mask_seconds,
             grammar_advances: self.grammar_advances,
             grammar_advance_seconds: self.grammar_advance_seconds,
+            masks_overlapped: self.masks_overlapped,
             stop_match_bytes: self.stop_match.bytes,
             stop_match_steps: self.stop_match.steps,
         };
@@ -903,4 +995,70 @@ mod tests {
         }
         assert!(!core.has_work());
     }
+}
+
+/// One constrained row's grammar for the mask worker.
+struct MaskWork<'a> {
+    id: ReqId,
+    /// Sampling row, which is also the row of the gate it fills.
+    row: usize,
+    constraint: &'a mut Constraint,
+}
+
+/// What the mask worker did: masks and seconds (for the stats), failed grammars, and when it
+/// ran (to record that it overlapped the forward).
+#[derive(Default)]
+struct MaskReport {
+    masks: u64,
+    seconds: f64,
+    failures: Vec<(ReqId, StructuredError)>,
+    span: Option<(Instant, Instant)>,
+    overlapped: bool,
+}
+
+impl MaskReport {
+    /// A worker that panicked or never started: every request it held is failed, none is
+    /// lost.
+    fn failed(ids: &[ReqId], why: &str) -> MaskReport {
+        let failures = ids
+            .iter()
+            .map(|&id| (id, StructuredError::Matcher(why.to_string())))
+            .collect();
+        MaskReport {
+            failures,
+            ..MaskReport::default()
+        }
+    }
+}
+
+/// Fills each work item's gate row with its grammar's mask, then opens the gate (when the fill
+/// drops, also on a panic). A failed grammar's row allows every token: its draw is discarded
+/// because the request is failed before delivery.
+fn fill_gate(gate: &MaskGate, work: Vec<MaskWork<'_>>) -> MaskReport {
+    let start = Instant::now();
+    let mut report = MaskReport::default();
+    let mut fill = gate.fill();
+    for w in work {
+        let Some(dst) = fill.row_mut(w.row) else {
+            report.failures.push((
+                w.id,
+                StructuredError::Matcher(format!("no mask row {} for this step", w.row)),
+            ));
+            continue;
+        };
+        let n = w.constraint.mask_words().min(dst.len());
+        let (words, rest) = dst.split_at_mut(n);
+        rest.fill(0);
+        let before = w.constraint.stats();
+        if let Err(e) = w.constraint.fill_mask(words) {
+            words.fill(u32::MAX);
+            report.failures.push((w.id, e));
+        }
+        let after = w.constraint.stats();
+        report.masks += after.masks - before.masks;
+        report.seconds += after.seconds - before.seconds;
+    }
+    drop(fill);
+    report.span = Some((start, Instant::now()));
+    report
 }

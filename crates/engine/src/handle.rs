@@ -164,6 +164,7 @@ impl Engine {
         let stats = Arc::new(Mutex::new(EngineStats::default()));
         let (tx, rx) = mpsc::channel();
         let thread_stats = Arc::clone(&stats);
+        let overlap_masks = config.overlap_masks;
         let mut kv_events = KvEventPublisher::new();
         let kv_events_tx = kv_events.sender();
         let thread = std::thread::Builder::new()
@@ -176,6 +177,7 @@ impl Engine {
                     num_blocks,
                     thread_stats,
                 );
+                core.set_overlap_masks(overlap_masks);
                 engine_loop(&mut core, &rx, &mut kv_events);
             })
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;

@@ -19,6 +19,7 @@
 //! eager (buckets carry one logits row per sequence); eager and replay compute every row the
 //! same way, so the sampled tokens of the step are those a replay would give.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use oxllm_kernels::attention::AttnMetadata;
@@ -27,6 +28,7 @@ use oxllm_models::{ForwardBatch, Model, ModelError, ModelKind};
 use oxllm_runtime::{
     Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpProfile, Plan, ReferenceBackend,
 };
+use oxllm_sample::mask_gate::MaskGate;
 use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
 use oxllm_sample::{SampleError, Sampled, Sampler, ScoredToken};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
@@ -42,6 +44,9 @@ pub(crate) struct SampleJob<'a> {
     pub prompt: &'a [u32],
     pub output: &'a [u32],
     pub mask: Option<&'a [u32]>,
+    /// The mask is instead row `gate_row` of the runner's [`MaskGate`], filled by a worker
+    /// while the forward runs.
+    pub gate_row: Option<usize>,
 }
 
 /// A row of the flat batch whose logits score a given token (prompt logprobs).
@@ -92,6 +97,8 @@ pub struct ModelRunner {
     sample_rows: BufRef,
     /// Token masks of the sampling rows (a step input: constrained rows' allowed tokens).
     token_masks: BufRef,
+    /// Masks computed while the forward runs (see `oxllm_sample::mask_gate`).
+    mask_gate: Arc<MaskGate>,
     sampled_ids: BufRef,
     buckets: Vec<Bucket>,
     vocab: usize,
@@ -166,9 +173,10 @@ impl ModelRunner {
         let inputs =
             StepBuffers::alloc(backend.as_mut(), max_tokens, max_seqs, stride).map_err(rt)?;
         let rows = inputs.logits_indices.len;
-        let sample_rows = backend
-            .alloc_host(Box::new(SampleRows::new(rows)?))
-            .map_err(rt)?;
+        let mask_gate = Arc::new(MaskGate::new(rows, mask_words(vocab)));
+        let mut host_rows = SampleRows::new(rows)?;
+        host_rows.gate = Some(Arc::clone(&mask_gate));
+        let sample_rows = backend.alloc_host(Box::new(host_rows)).map_err(rt)?;
         let sampled_ids = backend.alloc_persistent(BufKind::U32, rows).map_err(rt)?;
         let token_masks = backend
             .alloc_persistent(BufKind::U32, rows * mask_words(vocab))
@@ -181,6 +189,7 @@ impl ModelRunner {
             inputs,
             sample_rows,
             token_masks,
+            mask_gate,
             sampled_ids,
             buckets: Vec::new(),
             vocab,
@@ -192,6 +201,11 @@ impl ModelRunner {
             exec.capture_all(max_seqs, max_tokens)?;
         }
         Ok(exec)
+    }
+
+    /// The gate a mask worker fills for this step's rows ([`SampleJob::gate_row`]).
+    pub(crate) fn mask_gate(&self) -> &Arc<MaskGate> {
+        &self.mask_gate
     }
 
     pub(crate) fn num_slots(&self) -> usize {
@@ -370,6 +384,7 @@ impl ModelRunner {
             for row in rows.rows.iter_mut() {
                 row.active = false;
                 row.masked = false;
+                row.gate_row = None;
                 row.score = None;
             }
             for (row, s) in rows.rows.iter_mut().skip(n_jobs).zip(scores) {
@@ -380,6 +395,7 @@ impl ModelRunner {
                     continue;
                 };
                 row.active = true;
+                row.gate_row = job.gate_row;
                 if let (Some(mask), Some(dst)) =
                     (job.mask, masks.get_mut(r * words..(r + 1) * words))
                 {

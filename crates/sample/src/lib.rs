@@ -15,6 +15,7 @@
 mod error;
 mod finish;
 mod logprobs;
+pub mod mask_gate;
 mod params;
 mod penalties;
 pub mod plan_op;

@@ -16,12 +16,17 @@
 //! per row, bit `t % 32` of word `t / 32` set when token `t` is allowed). A row flagged
 //! `masked` has every disallowed logit set to `-inf` before its sampler runs; other rows never
 //! read the buffer, so unconstrained rows draw the same tokens whatever shares their step.
+//! A row with a `gate_row` takes its mask from [`SampleRows::gate`] instead, waiting for the
+//! gate to open: the mask was computed on another thread while the forward ran
+//! ([`crate::mask_gate`]); the op waits only when a gated row is active.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use oxllm_kernels::pool::SharedMut;
 use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
 
+use crate::mask_gate::MaskGate;
 use crate::{
     score_token, SampleError, Sampled, Sampler, SamplingError, SamplingParams, ScoredToken,
 };
@@ -38,6 +43,8 @@ pub struct SampleRow {
     pub output: Vec<u32>,
     /// The row's bits in the op's mask buffer hold this step's allowed tokens.
     pub masked: bool,
+    /// The row's mask is row `gate_row` of [`SampleRows::gate`], filled while the forward runs.
+    pub gate_row: Option<usize>,
     pub result: Option<Result<Sampled, SampleError>>,
     /// For an inactive row: score this token with this many top alternatives.
     pub score: Option<(u32, usize)>,
@@ -47,6 +54,8 @@ pub struct SampleRow {
 /// The sampling state of every row a plan can sample.
 pub struct SampleRows {
     pub rows: Vec<SampleRow>,
+    /// Masks handed over by a worker thread (see [`SampleRow::gate_row`]).
+    pub gate: Option<Arc<MaskGate>>,
 }
 
 impl SampleRows {
@@ -60,12 +69,13 @@ impl SampleRows {
                 prompt: Vec::new(),
                 output: Vec::new(),
                 masked: false,
+                gate_row: None,
                 result: None,
                 score: None,
                 scored: None,
             })
             .collect();
-        Ok(SampleRows { rows })
+        Ok(SampleRows { rows, gate: None })
     }
 }
 
@@ -146,6 +156,12 @@ impl Op for SampleOp {
         let mask = self.mask.map(|m| mem.u32(name, m)).transpose()?;
         let mask: &[u32] = mask.as_deref().unwrap_or(&[]);
         let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
+        let gated = rows.rows[..n]
+            .iter()
+            .any(|r| r.active && r.gate_row.is_some());
+        let gate = rows.gate.clone().filter(|_| gated);
+        let view = gate.as_deref().map(MaskGate::wait);
+        let (gate_words, gate_width) = view.as_ref().map_or((&[][..], 0), |v| v.words());
         let sample_row = |i: usize, row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
             if !row.active {
                 *id = NO_TOKEN;
@@ -155,8 +171,12 @@ impl Op for SampleOp {
                     .map(|(token, top)| score_token(row_logits, token, top));
                 return;
             }
-            if row.masked {
-                match mask.get(i * words..(i + 1) * words) {
+            let bits = match row.gate_row {
+                Some(g) => Some(gate_words.get(g * gate_width..(g + 1) * gate_width)),
+                None => row.masked.then(|| mask.get(i * words..(i + 1) * words)),
+            };
+            if let Some(bits) = bits {
+                match bits {
                     Some(bits) => apply_token_mask(row_logits, bits),
                     None => {
                         // A masked row without mask words would sample unconstrained.
