@@ -69,6 +69,8 @@ pub struct GenerateBench {
     pub prefix_share: usize,
     /// Constrain the decode requests to this JSON schema.
     pub json_schema: Option<serde_json::Value>,
+    /// Constrained decoding: masks computed while the forward runs (`EngineConfig::overlap_masks`).
+    pub overlap_masks: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -242,6 +244,7 @@ pub fn run_generate(
             Some(n) => oxllm_engine::KvCacheSize::Bytes(n),
             None => EngineConfig::default().kv_cache,
         },
+        overlap_masks: b.overlap_masks,
         ..EngineConfig::default()
     };
     let engine =

@@ -222,6 +222,10 @@ struct GenerateArgs {
     /// time and the mean token-mask time per token).
     #[arg(long)]
     json_schema: Option<PathBuf>,
+    /// Constrained decoding: compute token masks on a worker thread while the step's forward
+    /// runs (`true`), or on the engine thread before the step (`false`); same output.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    overlap_masks: bool,
     /// Append one JSON line per measurement here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -472,6 +476,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         weight_layout: a.weight_layout,
         kv_cache_bytes: a.kv_cache_memory,
         prefix_share: a.prefix_share,
+        overlap_masks: a.overlap_masks,
         json_schema: match &a.json_schema {
             None => None,
             Some(p) => Some(
@@ -515,6 +520,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             v["plan"] = json!(format!("{:?}", a.plan).to_lowercase());
             v["backend"] = json!(format!("{:?}", a.backend).to_lowercase());
             v["weight_layout"] = json!(a.weight_layout.to_string());
+            v["overlap_masks"] = json!(a.overlap_masks);
             v["commit"] = json!(commit);
             v["machine"] = serde_json::to_value(&machine)?;
             v["date"] = json!(date);

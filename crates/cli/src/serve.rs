@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// panel kernels where the CPU has them) or `rows` (row-major blocks as in the file).
     #[arg(long, default_value = "panels")]
     weight_layout: oxllm_engine::WeightLayout,
+    /// Constrained decoding: compute token masks on a worker thread while the step's forward
+    /// runs (`true`), or on the engine thread before the step (`false`); same output.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    overlap_masks: bool,
     /// Seconds running requests get to finish after SIGTERM/SIGINT (match Kubernetes'
     /// `terminationGracePeriodSeconds`, less a few seconds). `/health` answers 503 meanwhile;
     /// a second signal stops at once.
@@ -157,6 +161,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         cpu: oxllm_engine::CpuOptions {
             weight_layout: args.weight_layout,
         },
+        overlap_masks: args.overlap_masks,
         ..EngineConfig::default()
     };
     let config = args.states.apply(config);

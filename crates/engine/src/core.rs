@@ -952,6 +952,7 @@ mod tests {
             rows: Ok((vec![(1, drawn(7)), (2, drawn(9))], Vec::new())),
             scores: Vec::new(),
             produced_at: Instant::now(),
+            mask_failures: Vec::new(),
         };
         core.deliver_step(plan, run);
         let a = drained(&mut a);
@@ -975,6 +976,40 @@ mod tests {
     }
 
     #[test]
+    fn a_mask_failed_on_the_worker_fails_only_its_request() {
+        let mut core = tiny_core();
+        let mut a = submit(&mut core, 1, &[1, 17, 523], 4);
+        let mut b = submit(&mut core, 2, &[1, 42, 999], 4);
+        let plan = core.plan_step().unwrap();
+        let drawn = |token| {
+            Some(Ok(Sampled {
+                token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            }))
+        };
+        let run = StepRun {
+            rows: Ok((vec![(1, drawn(7)), (2, drawn(9))], Vec::new())),
+            scores: Vec::new(),
+            produced_at: Instant::now(),
+            mask_failures: vec![(1, StructuredError::Matcher("injected".into()))],
+        };
+        core.deliver_step(plan, run);
+        let a = drained(&mut a);
+        assert!(
+            matches!(&a[..], [RequestEvent::Error(e)] if e.to_string().contains("injected")),
+            "{a:?}"
+        );
+        assert!(
+            core.scheduler.request(1).is_none(),
+            "the failed request is freed"
+        );
+        let b = drained(&mut b);
+        assert!(matches!(&b[0], RequestEvent::Delta { token_ids, .. } if token_ids == &[9]));
+        assert_eq!(core.scheduler.request(2).unwrap().output(), &[9]);
+    }
+
+    #[test]
     fn a_failed_run_fails_every_request_of_the_step_and_frees_it() {
         let mut core = tiny_core();
         let mut a = submit(&mut core, 1, &[1, 17, 523], 4);
@@ -984,6 +1019,7 @@ mod tests {
             rows: Err(EngineError::Config("injected".into())),
             scores: Vec::new(),
             produced_at: Instant::now(),
+            mask_failures: Vec::new(),
         };
         core.deliver_step(plan, run);
         for rx in [&mut a, &mut b] {
