@@ -223,8 +223,9 @@ struct GenerateArgs {
     #[arg(long)]
     json_schema: Option<PathBuf>,
     /// Constrained decoding: compute token masks on a worker thread while the step's forward
-    /// runs (`true`), or on the engine thread before the step (`false`); same output.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// runs (`true`), or on the engine thread before the step (`false`); same output. Off by
+    /// default: on 2 cores the worker slowed decode (docs/BENCHMARKS.md, "mask overlap").
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     overlap_masks: bool,
     /// Append one JSON line per measurement here.
     #[arg(long)]

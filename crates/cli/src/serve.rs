@@ -75,8 +75,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "panels")]
     weight_layout: oxllm_engine::WeightLayout,
     /// Constrained decoding: compute token masks on a worker thread while the step's forward
-    /// runs (`true`), or on the engine thread before the step (`false`); same output.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// runs (`true`), or on the engine thread before the step (`false`); same output. Off by
+    /// default: on 2 cores the worker slowed decode (docs/BENCHMARKS.md, "mask overlap").
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     overlap_masks: bool,
     /// Seconds running requests get to finish after SIGTERM/SIGINT (match Kubernetes'
     /// `terminationGracePeriodSeconds`, less a few seconds). `/health` answers 503 meanwhile;

@@ -164,7 +164,8 @@ pub struct EngineConfig {
     pub state_checkpoint_interval: usize,
     /// Constrained decoding: compute a step's token masks on a worker thread while its forward
     /// runs (the sample op waits for them), instead of on the engine thread before the step.
-    /// Output is the same either way.
+    /// Output is the same either way. Off by default: on 2 cores the worker competes with the
+    /// thread pool and costs more than it hides (docs/BENCHMARKS.md, "mask overlap").
     pub overlap_masks: bool,
 }
 
@@ -186,7 +187,7 @@ impl Default for EngineConfig {
             max_state_slots: None,
             num_state_checkpoints: None,
             state_checkpoint_interval: 4,
-            overlap_masks: true,
+            overlap_masks: false,
         }
     }
 }

@@ -192,7 +192,7 @@ impl<'t> EngineCore<'t> {
             grammar_advances: 0,
             grammar_advance_seconds: 0.0,
             masks_overlapped: 0,
-            overlap_masks: true,
+            overlap_masks: false,
             stop_match: StopMatchWork::default(),
         };
         core.publish_stats();
@@ -634,7 +634,7 @@ impl<'t> EngineCore<'t> {
         rows
     }
 
-    /// Computes token masks on a worker while the forward runs (on by default), or before
+    /// Computes token masks on a worker while the forward runs (off by default), or before
     /// each step on the engine thread; either way the same masks reach the same rows.
     pub fn set_overlap_masks(&mut self, on: bool) {
         self.overlap_masks = on;
