@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers};
 use oxllm_models::load_model;
-use oxllm_runtime::{Backend, BufKind, CpuBackend, OpProfile};
+use oxllm_runtime::{Backend, BufKind, CpuBackend, OpProfile, StepOp};
 use oxllm_sample::plan_op::{SampleOp, SampleRows};
 
 use crate::error::BenchError;
@@ -31,6 +31,7 @@ pub fn profile_decode_replay(
     let blocks_per_seq = (context + 1).div_ceil(block_size);
     let num_blocks = 1 + batch * blocks_per_seq;
     let mut b = CpuBackend::new(threads);
+    b.load_weights(model.clone()).map_err(|e| err(&e))?;
     let c = &model.config;
     let kv_kind = if kv_f16 { BufKind::F16 } else { BufKind::F32 };
     let kv = KvBuffers::alloc_of(
@@ -54,7 +55,7 @@ pub fn profile_decode_replay(
         .ok_or_else(|| BenchError::Config("batch too large".into()))?;
     let record = |b: &mut CpuBackend| -> Result<(), BenchError> {
         let logits = record_dense_forward(b, &model, &view, &kv).map_err(|e| err(&e))?;
-        b.launch(Box::new(SampleOp {
+        b.launch(StepOp::host(SampleOp {
             logits,
             rows,
             token_ids: ids,

@@ -5,12 +5,14 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_runtime::arena::{Arena, OpRunner};
 use oxllm_runtime::kernels::{FAST, WARM};
 use oxllm_runtime::{
-    Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpProfile, Plan, RuntimeError, WeightSource,
+    Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpDesc, OpProfile, Plan, RuntimeError, StepOp,
+    WeightSource,
 };
 
 use crate::cuda_gpu::CudaGpu;
@@ -101,19 +103,26 @@ struct DeviceRunner<'a, G> {
     uploaded: Vec<BufRef>,
 }
 
-fn device_desc(op: &dyn Op) -> Result<Option<oxllm_runtime::OpDesc>, RuntimeError> {
-    match op.desc() {
-        Some(d) => Ok(Some(d)),
-        None if op.host_only() => Ok(None),
-        None => Err(RuntimeError::Unsupported {
+/// What runs where: a description on the device, a host-only op (sampling) on the host; a
+/// host op meant for the device (a hybrid layer's op, not described yet) is refused by name.
+enum Placement<'a> {
+    Device(&'a OpDesc),
+    Host(&'a dyn Op),
+}
+
+fn placement(op: &StepOp) -> Result<Placement<'_>, RuntimeError> {
+    match op {
+        StepOp::Desc(d) => Ok(Placement::Device(d)),
+        StepOp::Host(h) if h.host_only() => Ok(Placement::Host(h.as_ref())),
+        StepOp::Host(h) => Err(RuntimeError::Unsupported {
             backend: "cuda",
-            op: op.name(),
+            op: h.name(),
         }),
     }
 }
 
 /// Every buffer `op` names.
-fn buffers_of(op: &dyn Op) -> Vec<BufRef> {
+fn buffers_of(op: &StepOp) -> Vec<BufRef> {
     let mut v = Vec::new();
     op.buffers(&mut |b| v.push(b));
     v
@@ -129,7 +138,9 @@ fn run_host_op<G: Gpu>(
 ) -> Result<(), RuntimeError> {
     dev.sync(op.name())?;
     if !warm {
-        for b in buffers_of(op) {
+        let mut bufs = Vec::new();
+        op.buffers(&mut |b| bufs.push(b));
+        for b in bufs {
             if !host_owned(b) && b.kind() != BufKind::Host {
                 dev.download(op.name(), mem, b)?;
             }
@@ -147,9 +158,9 @@ fn run_host_op<G: Gpu>(
 }
 
 impl<G: Gpu> OpRunner for DeviceRunner<'_, G> {
-    fn run(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
-        match device_desc(op)? {
-            Some(desc) => {
+    fn run(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+        match placement(op)? {
+            Placement::Device(desc) => {
                 if let Some(host) = self.after_host_op {
                     return Err(RuntimeError::op(
                         op.name(),
@@ -162,19 +173,19 @@ impl<G: Gpu> OpRunner for DeviceRunner<'_, G> {
                         self.uploaded.push(b);
                     }
                 }
-                launch(self.dev, op.name(), &desc, mem)
+                launch(self.dev, op.name(), desc, mem)
             }
-            None => {
+            Placement::Host(host) => {
                 self.after_host_op = Some(op.name());
-                run_host_op(self.dev, self.pool, op, mem, false)
+                run_host_op(self.dev, self.pool, host, mem, false)
             }
         }
     }
 
-    fn warm(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
+    fn warm(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
         // A warm step gives every buffer its device copy now, so a capture allocates nothing.
-        match device_desc(op)? {
-            Some(_) => {
+        match placement(op)? {
+            Placement::Device(_) => {
                 for b in buffers_of(op) {
                     if b.kind() != BufKind::QActs && b.kind() != BufKind::Host {
                         self.dev.ptr(op.name(), mem, b)?;
@@ -182,7 +193,7 @@ impl<G: Gpu> OpRunner for DeviceRunner<'_, G> {
                 }
                 Ok(())
             }
-            None => run_host_op(self.dev, self.pool, op, mem, true),
+            Placement::Host(host) => run_host_op(self.dev, self.pool, host, mem, true),
         }
     }
 }
@@ -206,21 +217,21 @@ impl<G: Gpu> GpuBackend<G> {
         let mut host_from = ops.len();
         let mut descs = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            match device_desc(op.as_ref())? {
-                Some(d) if host_from == ops.len() => descs.push(d),
-                Some(_) => {
+            match placement(op)? {
+                Placement::Device(d) if host_from == ops.len() => descs.push(d),
+                Placement::Device(_) => {
                     return Err(RuntimeError::op(
                         op.name(),
                         "a device op after a host op cannot be captured",
                     ))
                 }
-                None => host_from = host_from.min(i),
+                Placement::Host(_) => host_from = host_from.min(i),
             }
         }
         let mem = self.arena.memory();
         let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
         for op in &ops[..host_from] {
-            for b in buffers_of(op.as_ref()) {
+            for b in buffers_of(op) {
                 if b.kind() == BufKind::QActs || b.kind() == BufKind::Host {
                     continue;
                 }
@@ -238,8 +249,8 @@ impl<G: Gpu> GpuBackend<G> {
                 }
             }
             // Tables (RoPE frequencies) are uploaded now, not inside the capture.
-            if let Some(oxllm_runtime::OpDesc::QkNormRope { rope, .. }) = op.desc() {
-                self.dev.table(op.name(), &rope.inv_freq)?;
+            if let StepOp::Desc(OpDesc::QkNormRope { rope, .. }) = op {
+                self.dev.table(op.name(), rope.inv_freq())?;
             }
         }
         // The host ops fetch what they read themselves (`run_host_op`); only kept buffers are
@@ -277,8 +288,8 @@ impl<G: Gpu> Backend for GpuBackend<G> {
     fn supports_capture(&self) -> bool {
         true
     }
-    fn load_weights(&mut self, weights: &dyn WeightSource) -> Result<(), RuntimeError> {
-        self.dev.load_weights(weights)
+    fn load_weights(&mut self, weights: Arc<dyn WeightSource>) -> Result<(), RuntimeError> {
+        self.dev.load_weights(weights.as_ref())
     }
     fn alloc_persistent(&mut self, kind: BufKind, len: usize) -> Result<BufRef, RuntimeError> {
         self.arena.alloc_persistent(kind, len)
@@ -298,7 +309,7 @@ impl<G: Gpu> Backend for GpuBackend<G> {
         self.kept.push(buf);
         self.arena.keep(buf)
     }
-    fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError> {
+    fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError> {
         let (arena, mut runner) = self.runner();
         arena.launch(op, &mut runner)
     }
@@ -362,7 +373,9 @@ impl<G: Gpu> Backend for GpuBackend<G> {
             .launch_graph(g.graph)
             .map_err(|e| RuntimeError::op("replay", e))?;
         for op in &plan.ops()[g.host_from..] {
-            run_host_op(&mut self.dev, &self.pool, op.as_ref(), mem, false)?;
+            if let Placement::Host(host) = placement(op)? {
+                run_host_op(&mut self.dev, &self.pool, host, mem, false)?;
+            }
         }
         self.dev.sync("replay")?;
         for &b in &g.outputs {

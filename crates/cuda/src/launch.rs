@@ -145,8 +145,12 @@ pub(crate) fn launch<G: Gpu>(
             rope,
         } => {
             let rows = positions.len;
-            let hd = rope.head_dim;
-            check(op, hd <= 512 && rope.rotary_dim <= hd, "head_dim over 512")?;
+            let hd = rope.head_dim();
+            check(
+                op,
+                hd <= 512 && rope.rotary_dim() <= hd,
+                "head_dim over 512",
+            )?;
             check(
                 op,
                 q.len >= rows * n_heads * hd && k.len >= rows * n_kv_heads * hd,
@@ -156,7 +160,7 @@ pub(crate) fn launch<G: Gpu>(
                 Some((qn, kn)) => (dev.vector(op, *qn, hd)?, dev.vector(op, *kn, hd)?),
                 None => (0, 0),
             };
-            let inv_freq = dev.table(op, &rope.inv_freq)?;
+            let inv_freq = dev.table(op, rope.inv_freq())?;
             let args = [
                 Ptr(dev.ptr(op, mem, *q)?),
                 Ptr(dev.ptr(op, mem, *k)?),
@@ -168,8 +172,8 @@ pub(crate) fn launch<G: Gpu>(
                 Ptr(kn),
                 F32(*eps),
                 Ptr(inv_freq),
-                I32(rope.rotary_dim as i32),
-                I32(rope.split_half as i32),
+                I32(rope.rotary_dim() as i32),
+                I32(rope.is_split_half() as i32),
             ];
             let grid = (rows as u32, (n_heads + n_kv_heads) as u32);
             dev.launch(op, "qk_norm_rope", grid, 128, &args)

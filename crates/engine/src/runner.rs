@@ -26,7 +26,7 @@ use oxllm_kernels::attention::AttnMetadata;
 use oxllm_models::graph::{record_forward, KvBuffers, StateBuffers, StepBuffers, StepView};
 use oxllm_models::{ForwardBatch, Model, ModelError, ModelKind};
 use oxllm_runtime::{
-    Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpProfile, Plan, ReferenceBackend,
+    Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpProfile, Plan, ReferenceBackend, StepOp,
 };
 use oxllm_sample::mask_gate::MaskGate;
 use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
@@ -134,17 +134,14 @@ impl ModelRunner {
             BackendKind::Cuda => Box::new(oxllm_cuda::CudaBackend::new(0, threads)?),
             BackendKind::CudaEmulator => Box::new(oxllm_cuda::EmulatedBackend::emulated(threads)),
         };
-        match &model.kind {
-            ModelKind::Dense(m) => backend
-                .load_weights(m.as_ref())
-                .map_err(|e| EngineError::Model(e.into()))?,
-            ModelKind::Hybrid(_) if backend.name().starts_with("cuda") => {
-                return Err(EngineError::Config(
-                    "hybrid models do not run on the CUDA backend yet (dense models only)".into(),
-                ))
-            }
-            ModelKind::Hybrid(_) => {}
+        if matches!(model.kind, ModelKind::Hybrid(_)) && backend.name().starts_with("cuda") {
+            return Err(EngineError::Config(
+                "hybrid models do not run on the CUDA backend yet (dense models only)".into(),
+            ));
         }
+        backend
+            .load_weights(model.weights())
+            .map_err(|e| EngineError::Model(e.into()))?;
         let (kv_width, vocab) = (model.config.kv_width(), model.config.vocab_size);
         let stride = max_model_len.div_ceil(block_size.max(1)).max(1);
         let max_tokens = max_tokens.max(max_seqs);
@@ -228,7 +225,7 @@ impl ModelRunner {
     fn record(&mut self, view: &StepView) -> Result<(), ModelError> {
         let b = self.backend.as_mut();
         let logits = record_forward(b, &self.model, view, &self.kv, self.states.as_ref())?;
-        self.backend.launch(Box::new(SampleOp {
+        self.backend.launch(StepOp::host(SampleOp {
             logits,
             rows: self.sample_rows,
             token_ids: self.sampled_ids.prefix(view.logits()),

@@ -11,7 +11,7 @@ use oxllm_models::graph::{
     record_dense_forward, record_hybrid_forward, KvBuffers, StateBuffers, StepBuffers,
 };
 use oxllm_models::load_model;
-use oxllm_runtime::{Backend, BufKind, CpuBackend};
+use oxllm_runtime::{Backend, BufKind, CpuBackend, StepOp};
 use oxllm_sample::plan_op::{SampleOp, SampleRows};
 use oxllm_sample::{Sampler, SamplingParams};
 
@@ -82,6 +82,7 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
     let model = model.dense_shared().unwrap().clone();
     let (seqs, block_size, num_blocks, stride) = (4usize, 16usize, 64usize, 8usize);
     let mut b = CpuBackend::new(2);
+    b.load_weights(model.clone()).unwrap();
     let kv = KvBuffers::alloc(
         &mut b,
         model.layers.len(),
@@ -98,7 +99,7 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
     let view = inputs.view(seqs, seqs, seqs).unwrap();
     let record = |b: &mut CpuBackend| {
         let logits = record_dense_forward(b, &model, &view, &kv).unwrap();
-        b.launch(Box::new(SampleOp {
+        b.launch(StepOp::host(SampleOp {
             logits,
             rows,
             token_ids: ids,
@@ -200,6 +201,7 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
     let c = &model.config.base;
     let (seqs, block_size, num_blocks, stride, slots) = (4usize, 16usize, 64usize, 8usize, 8);
     let mut b = CpuBackend::new(2);
+    b.load_weights(model.clone()).unwrap();
     let kv = KvBuffers::alloc(&mut b, c.kv_layers, num_blocks, block_size, c.kv_width()).unwrap();
     let states = StateBuffers::alloc(&mut b, &model, slots, seqs, 64).unwrap();
     let inputs = StepBuffers::alloc(&mut b, 64, seqs, stride).unwrap();
@@ -211,7 +213,7 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
     let vocab = c.vocab_size;
     let record = |b: &mut CpuBackend| {
         let logits = record_hybrid_forward(b, &model, &view, &kv, &states).unwrap();
-        b.launch(Box::new(SampleOp {
+        b.launch(StepOp::host(SampleOp {
             logits,
             rows,
             token_ids: ids,

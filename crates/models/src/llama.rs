@@ -8,7 +8,7 @@
 //! that read the same input.
 
 use oxllm_kernels::matmul::QMatrix;
-use oxllm_kernels::ops::{self, Rope};
+use oxllm_kernels::ops::Rope;
 
 use crate::ModelConfig;
 
@@ -90,52 +90,5 @@ impl LlamaModel {
             })
             .sum();
         layer + self.lm_head().bytes()
-    }
-}
-
-/// RMSNorm of every row of `x` (rows of `w.len()` values) into `out`.
-pub(crate) fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let h = w.len();
-    for (src, dst) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        ops::rms_norm(src, w, eps, dst);
-    }
-}
-
-impl oxllm_runtime::WeightSource for LlamaModel {
-    fn visit_weights(
-        &self,
-        visit: &mut dyn FnMut(oxllm_runtime::WeightId, oxllm_runtime::HostWeight<'_>),
-    ) {
-        use oxllm_runtime::{HostWeight as H, LayerWeight as L, WeightId as W};
-        visit(W::Embeddings, H::Matrix(&self.embeddings));
-        visit(W::FinalNorm, H::Vector(&self.final_norm));
-        visit(W::OutputHead, H::Matrix(self.lm_head()));
-        for (i, l) in self.layers.iter().enumerate() {
-            let id = |w| W::Layer(i as u32, w);
-            for (w, m) in [
-                (L::Wq, &l.wq),
-                (L::Wk, &l.wk),
-                (L::Wv, &l.wv),
-                (L::Wo, &l.wo),
-                (L::Gate, &l.w_gate),
-                (L::Up, &l.w_up),
-                (L::Down, &l.w_down),
-            ] {
-                visit(id(w), H::Matrix(m));
-            }
-            for (w, v) in [
-                (L::AttnNorm, Some(&l.attn_norm)),
-                (L::FfnNorm, Some(&l.ffn_norm)),
-                (L::Bq, l.bq.as_ref()),
-                (L::Bk, l.bk.as_ref()),
-                (L::Bv, l.bv.as_ref()),
-                (L::QNorm, l.q_norm.as_ref()),
-                (L::KNorm, l.k_norm.as_ref()),
-            ] {
-                if let Some(v) = v {
-                    visit(id(w), H::Vector(v));
-                }
-            }
-        }
     }
 }

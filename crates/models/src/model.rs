@@ -11,9 +11,10 @@ use crate::{LlamaModel, ModelConfig};
 
 pub enum ModelKind {
     /// Llama, Mistral-style, Qwen2, Qwen3 dense.
-    /// Shared so that recorded plans can hold the weights they read.
+    /// Shared so that a backend can keep the weights it is handed (`Model::weights`).
     Dense(Arc<LlamaModel>),
-    /// Qwen3-Next, Qwen3.5, Qwen3-MoE (shared for the same reason).
+    /// Qwen3-Next, Qwen3.5, Qwen3-MoE (shared for the same reason, and because the hybrid
+    /// layers' host ops still read their weights from the model).
     Hybrid(Arc<HybridModel>),
 }
 
@@ -41,6 +42,15 @@ impl From<HybridModel> for Model {
 }
 
 impl Model {
+    /// The weights to hand a backend ([`oxllm_runtime::Backend::load_weights`]), which
+    /// resolves every op description's weight id in them.
+    pub fn weights(&self) -> Arc<dyn oxllm_runtime::WeightSource> {
+        match &self.kind {
+            ModelKind::Dense(m) => m.clone(),
+            ModelKind::Hybrid(m) => m.clone(),
+        }
+    }
+
     /// True when sequences carry recurrent state (they need `ForwardBatch::state_slots`, and
     /// prefix caching cannot restore them yet).
     pub fn has_recurrent_state(&self) -> bool {

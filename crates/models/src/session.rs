@@ -33,9 +33,7 @@ impl<'m> Session<'m> {
     ) -> Result<Session<'m>, ModelError> {
         let capacity = capacity.min(model.config.context_length).max(1);
         let blocks = capacity.div_ceil(SESSION_BLOCK_SIZE);
-        if let ModelKind::Dense(m) = &model.kind {
-            backend.load_weights(m.as_ref())?;
-        }
+        backend.load_weights(model.weights())?;
         let b = backend.as_mut();
         let c = &model.config;
         let kv = KvBuffers::alloc(b, c.kv_layers, blocks, SESSION_BLOCK_SIZE, c.kv_width())?;

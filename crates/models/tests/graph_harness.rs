@@ -84,6 +84,7 @@ fn pad<T: Copy>(dst: &mut [T], src: &[T], pad: T) {
 impl<'m> Graph<'m> {
     /// 16 blocks, `slots` state slots, up to 4 sequences and 64 rows a step.
     pub fn new(model: &'m Model, mut b: Box<dyn Backend>, slots: usize) -> Graph<'m> {
+        b.load_weights(model.weights()).unwrap();
         let c = &model.config;
         let kv = KvBuffers::alloc(b.as_mut(), c.kv_layers, 16, BS, c.kv_width()).unwrap();
         let states = match &model.kind {

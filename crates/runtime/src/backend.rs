@@ -2,20 +2,21 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::arena::Lifetimes;
-use crate::{BufKind, BufRef, Memory, Op, OpProfile, RuntimeError, WeightSource};
+use crate::{BufKind, BufRef, Memory, OpProfile, RuntimeError, StepOp, WeightSource};
 
 /// A captured op list, bound to the backend that recorded it, with its buffers' footprint.
 pub struct Plan {
     id: u64,
     backend_id: u64,
-    ops: Vec<Box<dyn Op>>,
+    ops: Vec<StepOp>,
     lifetimes: Lifetimes,
 }
 
 impl Plan {
-    pub(crate) fn new(backend_id: u64, ops: Vec<Box<dyn Op>>, lifetimes: Lifetimes) -> Plan {
+    pub(crate) fn new(backend_id: u64, ops: Vec<StepOp>, lifetimes: Lifetimes) -> Plan {
         static NEXT_PLAN: AtomicU64 = AtomicU64::new(1);
         Plan {
             id: NEXT_PLAN.fetch_add(1, Ordering::Relaxed),
@@ -34,7 +35,7 @@ impl Plan {
         self.id
     }
 
-    pub fn ops(&self) -> &[Box<dyn Op>] {
+    pub fn ops(&self) -> &[StepOp] {
         &self.ops
     }
 
@@ -69,12 +70,10 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     fn supports_capture(&self) -> bool;
 
-    /// Hands the backend the model's weights once, before any step: a backend with its own
-    /// memory copies them into its layout there. The host backends read the weights through
-    /// the model the ops hold, so by default nothing happens.
-    fn load_weights(&mut self, _weights: &dyn WeightSource) -> Result<(), RuntimeError> {
-        Ok(())
-    }
+    /// Hands the backend the model's weights once, before any step that names one: the host
+    /// backends keep the source (loaded in the layout their options chose) and resolve each
+    /// op's [`crate::WeightId`] in it; a device backend copies every weight into its memory.
+    fn load_weights(&mut self, weights: Arc<dyn WeightSource>) -> Result<(), RuntimeError>;
 
     /// A buffer for the backend's lifetime (KV cache, step inputs, outputs read by the host).
     fn alloc_persistent(&mut self, kind: BufKind, len: usize) -> Result<BufRef, RuntimeError>;
@@ -92,7 +91,7 @@ pub trait Backend {
     /// being captured) so the host can read it.
     fn keep(&mut self, buf: BufRef);
     /// Queues `op` in the step (eager, warm) or records it (capture).
-    fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError>;
+    fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError>;
     /// The host's view of the buffers, to write inputs or read outputs, after the ops launched
     /// so far have run (their errors come back here); refused inside a capture with an error
     /// naming `op`.

@@ -6,35 +6,62 @@
 //! before the next op starts) and allocates nothing.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use oxllm_kernels::matmul::WeightLayout;
 use oxllm_kernels::pool::ThreadPool;
 
 use crate::arena::{Arena, OpRunner};
+use crate::host_exec::HostExec;
 use crate::kernels::Kernels;
-use crate::{Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpProfile, Plan, RuntimeError};
+use crate::{
+    Backend, BufKind, BufRef, ExecCtx, Memory, OpProfile, Plan, RuntimeError, StepOp, WeightSource,
+};
 
-/// Runs ops on the host with a kernel table (and the warm table in warm steps).
-pub struct HostRunner<'a> {
+/// Runs a host backend's ops: descriptions through [`HostExec`] with its kernel table (the
+/// warm table in warm steps), host ops with the same table and pool.
+pub(crate) struct HostRunner<'a> {
     pub pool: &'a ThreadPool,
     pub kernels: &'static Kernels,
     pub warm_kernels: &'static Kernels,
+    pub weights: Option<&'a dyn WeightSource>,
+}
+
+impl HostRunner<'_> {
+    fn exec(&self, op: &StepOp, mem: &Memory, warm: bool) -> Result<(), RuntimeError> {
+        let kernels = if warm {
+            self.warm_kernels
+        } else {
+            self.kernels
+        };
+        match op {
+            StepOp::Desc(desc) => HostExec {
+                pool: self.pool,
+                kernels,
+                weights: self.weights,
+            }
+            .run(desc, mem),
+            StepOp::Host(op) => {
+                let cx = ExecCtx {
+                    pool: self.pool,
+                    kernels,
+                };
+                if warm {
+                    op.warm(mem, &cx)
+                } else {
+                    op.run(mem, &cx)
+                }
+            }
+        }
+    }
 }
 
 impl OpRunner for HostRunner<'_> {
-    fn run(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
-        let cx = ExecCtx {
-            pool: self.pool,
-            kernels: self.kernels,
-        };
-        op.run(mem, &cx)
+    fn run(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+        self.exec(op, mem, false)
     }
-    fn warm(&mut self, op: &dyn Op, mem: &Memory) -> Result<(), RuntimeError> {
-        let cx = ExecCtx {
-            pool: self.pool,
-            kernels: self.warm_kernels,
-        };
-        op.warm(mem, &cx)
+    fn warm(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+        self.exec(op, mem, true)
     }
 }
 
@@ -50,6 +77,7 @@ pub struct CpuBackend {
     arena: Arena,
     pool: ThreadPool,
     options: CpuOptions,
+    weights: Option<Arc<dyn WeightSource>>,
 }
 
 impl CpuBackend {
@@ -62,6 +90,7 @@ impl CpuBackend {
             arena: Arena::new(),
             pool: ThreadPool::new(threads),
             options,
+            weights: None,
         }
     }
 
@@ -104,11 +133,16 @@ macro_rules! arena_backend {
             fn keep(&mut self, buf: BufRef) {
                 self.arena.keep(buf)
             }
-            fn launch(&mut self, op: Box<dyn Op>) -> Result<(), RuntimeError> {
+            fn load_weights(&mut self, weights: Arc<dyn WeightSource>) -> Result<(), RuntimeError> {
+                self.weights = Some(weights);
+                Ok(())
+            }
+            fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError> {
                 let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,
                     warm_kernels: $warm,
+                    weights: self.weights.as_deref(),
                 };
                 self.arena.launch(op, &mut runner)
             }
@@ -121,6 +155,7 @@ macro_rules! arena_backend {
                     pool: &self.pool,
                     kernels: $kernels,
                     warm_kernels: $warm,
+                    weights: self.weights.as_deref(),
                 };
                 self.arena.host_access(op, write, &mut runner)
             }
@@ -138,6 +173,7 @@ macro_rules! arena_backend {
                     pool: &self.pool,
                     kernels: $kernels,
                     warm_kernels: $warm,
+                    weights: self.weights.as_deref(),
                 };
                 let r = self.arena.end_step(&mut runner);
                 self.pool.set_all_join(false);
@@ -160,6 +196,7 @@ macro_rules! arena_backend {
                     pool: &self.pool,
                     kernels: $kernels,
                     warm_kernels: $warm,
+                    weights: self.weights.as_deref(),
                 };
                 self.arena.replay(plan, &mut runner, None)
             }
@@ -171,6 +208,7 @@ macro_rules! arena_backend {
                     pool: &self.pool,
                     kernels: $kernels,
                     warm_kernels: $warm,
+                    weights: self.weights.as_deref(),
                 };
                 let mut profile = OpProfile::default();
                 self.arena.replay(plan, &mut runner, Some(&mut profile))?;

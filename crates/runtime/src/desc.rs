@@ -1,16 +1,19 @@
 //! Ops as data: what an op computes, over buffer handles and typed weight ids, with no host
 //! pointer, closure or thread pool in it.
 //!
-//! A backend that does not run the host kernels (a GPU) executes an op from its [`OpDesc`]
-//! with its own kernel for each variant, and resolves every [`WeightId`] in the weights it was
-//! handed once by [`Backend::load_weights`](crate::Backend::load_weights) (a [`WeightSource`]),
-//! kept in its own layout and memory. Activation formats are the backend's choice: a device
+//! Every backend executes an op from its [`OpDesc`] with its own kernel for each variant (the
+//! host backends: `host_exec` with their kernel table; a GPU: its own kernels), and resolves
+//! every [`WeightId`] in the weights it was handed once by
+//! [`Backend::load_weights`](crate::Backend::load_weights) (a [`WeightSource`]): the host
+//! backends keep the source itself (already in the layout their options chose), a device
+//! backend copies it into its memory. Activation formats are the backend's choice: a device
 //! backend may treat [`OpDesc::Quantize`] as a no-op and read [`MatmulJob::input`] (the f32 rows
 //! before quantization) directly.
 
 use oxllm_core::DType;
 use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
+use oxllm_kernels::ops::Rope;
 
 use crate::BufRef;
 
@@ -31,6 +34,12 @@ pub enum LayerWeight {
     Gate,
     Up,
     Down,
+    /// A Gated DeltaNet layer's input projection (q, k, v and z rows).
+    LinearInProj,
+    /// A Gated DeltaNet layer's beta / alpha projection.
+    LinearInProjBa,
+    /// A Gated DeltaNet layer's output projection.
+    LinearOutProj,
 }
 
 /// A weight of the model: the whole model's, or one layer's.
@@ -49,21 +58,16 @@ pub enum HostWeight<'a> {
     Vector(&'a [f32]),
 }
 
-/// What a backend is handed at load: every weight a step may name, once.
-pub trait WeightSource {
-    /// Calls `visit` with every weight and its id.
+/// What a backend is handed at load: every weight a step may name, once, as the host holds it
+/// (in the layout the backend's options asked the loader for).
+pub trait WeightSource: Send + Sync {
+    /// Calls `visit` with every weight and its id (a device backend copies each into its
+    /// memory).
     fn visit_weights(&self, visit: &mut dyn FnMut(WeightId, HostWeight<'_>));
-}
-
-/// Rotary embedding parameters: the per-frequency angles and the pair layout.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RopeSpec {
-    /// `true`: pairs are (i, i + rotary_dim / 2); `false`: adjacent (2i, 2i + 1).
-    pub split_half: bool,
-    pub head_dim: usize,
-    pub rotary_dim: usize,
-    /// `rotary_dim / 2` inverse frequencies; the angle at position p is `p as f32 * inv_freq`.
-    pub inv_freq: Vec<f32>,
+    /// The matrix `id` names, if the model has it.
+    fn matrix(&self, id: WeightId) -> Option<&QMatrix>;
+    /// The vector (norm, bias) `id` names, if the model has it.
+    fn vector(&self, id: WeightId) -> Option<&[f32]>;
 }
 
 /// One product of a matmul op: `out = act(input) · Wᵀ (+ bias)`.
@@ -118,7 +122,7 @@ pub enum OpDesc {
         n_kv_heads: usize,
         norms: Option<(WeightId, WeightId)>,
         eps: f32,
-        rope: RopeSpec,
+        rope: Rope,
     },
     /// K/V rows into their cache slots (slot -1 skipped).
     StoreKv {
@@ -155,4 +159,75 @@ pub enum OpDesc {
         cols: usize,
         eps: f32,
     },
+}
+
+impl OpDesc {
+    /// A short stable name, used in errors and profiles.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpDesc::Embed { .. } => "embed",
+            OpDesc::RmsNorm { .. } => "rms_norm",
+            OpDesc::Quantize { .. } => "quantize",
+            OpDesc::Matmul { .. } => "matmul",
+            OpDesc::QkNormRope { .. } => "qk_norm_rope",
+            OpDesc::StoreKv { .. } => "store_kv",
+            OpDesc::Attention { .. } => "attention",
+            OpDesc::Add { .. } => "add",
+            OpDesc::SiluMul { .. } => "silu_mul",
+            OpDesc::GatherNorm { .. } => "final_norm",
+        }
+    }
+
+    /// Calls `visit` with every buffer the op reads or writes.
+    pub fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
+        match self {
+            OpDesc::Embed { tokens, out, .. } => [*tokens, *out].into_iter().for_each(visit),
+            OpDesc::RmsNorm { x, out, .. } | OpDesc::Quantize { x, out, .. } => {
+                [*x, *out].into_iter().for_each(visit)
+            }
+            OpDesc::Matmul { jobs, .. } => {
+                for j in jobs {
+                    [j.input, j.acts, j.out].into_iter().for_each(&mut *visit);
+                }
+            }
+            OpDesc::QkNormRope {
+                q, k, positions, ..
+            } => [*q, *k, *positions].into_iter().for_each(visit),
+            OpDesc::StoreKv {
+                slot_mapping,
+                k,
+                v,
+                k_cache,
+                v_cache,
+                ..
+            } => [*slot_mapping, *k, *v, *k_cache, *v_cache]
+                .into_iter()
+                .for_each(visit),
+            OpDesc::Attention {
+                q,
+                k_cache,
+                v_cache,
+                query_start_loc,
+                seq_lens,
+                block_tables,
+                out,
+                ..
+            } => [
+                *q,
+                *k_cache,
+                *v_cache,
+                *query_start_loc,
+                *seq_lens,
+                *block_tables,
+                *out,
+            ]
+            .into_iter()
+            .for_each(visit),
+            OpDesc::Add { acc, x } => [*acc, *x].into_iter().for_each(visit),
+            OpDesc::SiluMul { gate, up } => [*gate, *up].into_iter().for_each(visit),
+            OpDesc::GatherNorm {
+                x, indices, out, ..
+            } => [*x, *indices, *out].into_iter().for_each(visit),
+        }
+    }
 }

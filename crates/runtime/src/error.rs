@@ -1,6 +1,6 @@
 //! Errors of the runtime: contract violations name the op that broke them.
 
-use crate::BufKind;
+use crate::{BufKind, WeightId};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RuntimeError {
@@ -39,6 +39,8 @@ pub enum RuntimeError {
         backend: &'static str,
         op: &'static str,
     },
+    #[error("op `{op}` needs weight {id:?}, which the backend was not handed")]
+    MissingWeight { op: &'static str, id: WeightId },
     #[error("op `{op}` failed: {msg}")]
     Op { op: &'static str, msg: String },
 }

@@ -1,16 +1,18 @@
 //! Each backend's kernel table: the functions its ops compute with.
 //!
-//! An op never asks which backend runs it: it calls the kernels of the [`ExecCtx`] it is given
-//! (`cx.kernels.matmul`, ...). [`CpuBackend`](crate::CpuBackend) hands ops [`FAST`] (SIMD
-//! kernels chosen for the CPU, work split over the thread pool) and, in a warm step,
-//! [`WARM`] (the same, but matmuls only build their plans: a warm step sizes buffers and
-//! scratch, and nobody reads its products); [`ReferenceBackend`](crate::ReferenceBackend)
-//! hands them [`REFERENCE`] (the scalar kernels, one thread). A device backend brings its own
-//! table.
+//! The host backends execute every [`crate::OpDesc`] through `host_exec` with one of these
+//! tables (host ops get theirs through [`crate::ExecCtx`]):
+//! [`CpuBackend`](crate::CpuBackend) runs [`FAST`] (SIMD kernels chosen for the CPU, work split
+//! over the thread pool) and, in a warm step, [`WARM`] (the same, but matmuls only build their
+//! plans and K/V stores do nothing: a warm step sizes buffers and scratch on whatever its inputs
+//! hold, and nobody reads its products); [`ReferenceBackend`](crate::ReferenceBackend) runs
+//! [`REFERENCE`] (the scalar kernels, one thread). A device backend brings its own kernels.
 
 use half::f16;
 use oxllm_core::DType;
-use oxllm_kernels::attention::{paged_attention, paged_attention_scalar, AttnMetadata, AttnShape};
+use oxllm_kernels::attention::{
+    paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape,
+};
 use oxllm_kernels::matmul::{
     matmul_many, matmul_many_prepare, matmul_reference, quantize_acts_into,
     quantize_acts_reference, QMatrix, QuantizedActs,
@@ -27,6 +29,8 @@ pub type QuantizeFn =
 /// Causal paged attention over a cache of `E` values.
 pub type AttentionFn<E> =
     fn(&ThreadPool, &[f32], &[E], &[E], &AttnMetadata<'_>, AttnShape, &mut [f32]);
+/// Writes K and V rows (`k`, `v`) into the cache slots of `slot_mapping` (-1: skipped).
+pub type StoreKvFn<E> = fn(&mut [E], &mut [E], &[i32], &[f32], &[f32], usize);
 
 #[derive(Clone, Copy)]
 pub struct Kernels {
@@ -35,6 +39,8 @@ pub struct Kernels {
     pub matmul: MatmulFn,
     pub attention_f32: AttentionFn<f32>,
     pub attention_f16: AttentionFn<f16>,
+    pub store_kv_f32: StoreKvFn<f32>,
+    pub store_kv_f16: StoreKvFn<f16>,
 }
 
 pub static FAST: Kernels = Kernels {
@@ -43,11 +49,15 @@ pub static FAST: Kernels = Kernels {
     matmul: matmul_many,
     attention_f32: paged_attention::<f32>,
     attention_f16: paged_attention::<f16>,
+    store_kv_f32: store_kv::<f32>,
+    store_kv_f16: store_kv::<f16>,
 };
 
 pub static WARM: Kernels = Kernels {
     name: "warm",
     matmul: matmul_many_prepare,
+    store_kv_f32: store_nothing::<f32>,
+    store_kv_f16: store_nothing::<f16>,
     ..FAST
 };
 
@@ -57,7 +67,12 @@ pub static REFERENCE: Kernels = Kernels {
     matmul: matmul_jobs_reference,
     attention_f32: paged_attention_scalar::<f32>,
     attention_f16: paged_attention_scalar::<f16>,
+    store_kv_f32: store_kv::<f32>,
+    store_kv_f16: store_kv::<f16>,
 };
+
+/// A warm step runs on whatever its inputs hold: it must not touch the K/V cache.
+fn store_nothing<E>(_: &mut [E], _: &mut [E], _: &[i32], _: &[f32], _: &[f32], _: usize) {}
 
 fn quantize_reference(
     _pool: &ThreadPool,

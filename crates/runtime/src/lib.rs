@@ -1,7 +1,8 @@
 //! The backend seam of oxllm and its capture contract.
 //!
-//! A model's forward is a sequence of [`Op`]s over [`BufRef`] buffers, launched on a
-//! [`Backend`]. Run eagerly, each op executes at once on buffers allocated for that step. Between
+//! A model's forward is a sequence of [`StepOp`]s over [`BufRef`] buffers, launched on a
+//! [`Backend`]: ops as data ([`OpDesc`], weights named by [`WeightId`]) that each backend runs
+//! with its own kernels, and a few host ops ([`Op`]: sampling, the hybrid layers' ops). Run eagerly, each op executes at once on buffers allocated for that step. Between
 //! [`Backend::begin_capture`] and [`Backend::end_capture`] the same launches are recorded into a
 //! [`Plan`] instead, which [`Backend::replay`] reruns on the same buffers. Inside a capture:
 //! - no buffer is allocated: every step-local buffer comes from a pool warmed by
@@ -21,15 +22,18 @@ mod buffer;
 mod cpu;
 mod desc;
 mod error;
+mod host_exec;
 pub mod kernels;
 mod op;
 mod reference;
+mod step_op;
 
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
-pub use cpu::{CpuBackend, CpuOptions, HostRunner};
-pub use desc::{HostWeight, LayerWeight, MatmulJob, OpDesc, RopeSpec, WeightId, WeightSource};
+pub use cpu::{CpuBackend, CpuOptions};
+pub use desc::{HostWeight, LayerWeight, MatmulJob, OpDesc, WeightId, WeightSource};
 pub use error::RuntimeError;
 pub use kernels::Kernels;
 pub use op::{ExecCtx, Op, OpProfile};
 pub use reference::ReferenceBackend;
+pub use step_op::StepOp;

@@ -1,10 +1,12 @@
-//! Ops: the unit a backend launches, records into a plan, and replays.
+//! Host ops: steps of a forward the host runs itself, whatever the backend (sampling), or that
+//! have no [`crate::OpDesc`] yet (the hybrid layers' ops). Everything else a step launches is an
+//! [`crate::OpDesc`], which each backend executes with its own kernels.
 
 use std::time::Duration;
 
 use oxllm_kernels::pool::ThreadPool;
 
-use crate::{BufRef, Kernels, Memory, OpDesc, RuntimeError};
+use crate::{BufRef, Kernels, Memory, RuntimeError};
 
 /// Where an op runs: the backend's thread pool and kernel table. An op computes with these and
 /// never asks which backend it runs on.
@@ -31,15 +33,9 @@ pub trait Op: Send {
     fn warm(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
         self.run(mem, cx)
     }
-    /// What the op computes, as data, for backends with their own kernels; `None` for an op
-    /// that only runs on the host (a device backend runs such ops on its host copies, after
-    /// its device work).
-    fn desc(&self) -> Option<OpDesc> {
-        None
-    }
     /// Whether the op is meant to run on the host whatever the backend (sampling with the
-    /// requests' own host state): a device backend runs such ops after its device work, and
-    /// refuses an op that has neither a description nor this mark.
+    /// requests' own host state): a device backend runs such ops on its host copies after its
+    /// device work, and refuses a host op without this mark with an error naming it.
     fn host_only(&self) -> bool {
         false
     }

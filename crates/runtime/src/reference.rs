@@ -1,20 +1,24 @@
 //! The reference backend: one thread, the scalar kernels, no capture.
 //!
-//! It runs the same ops as [`crate::CpuBackend`] with the scalar kernel table
-//! ([`crate::kernels::REFERENCE`]), so a model's fast kernels can be cross-checked against it,
-//! and an engine on it always takes its eager fallback.
+//! It runs the same op descriptions as [`crate::CpuBackend`] with the scalar kernel table
+//! ([`crate::kernels::REFERENCE`]) and its own handle on the weights, so a model's fast kernels
+//! can be cross-checked against it, and an engine on it always takes its eager fallback.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use oxllm_kernels::pool::ThreadPool;
 
 use crate::arena::Arena;
 use crate::cpu::{arena_backend, HostRunner};
-use crate::{Backend, BufKind, BufRef, Memory, Op, OpProfile, Plan, RuntimeError};
+use crate::{
+    Backend, BufKind, BufRef, Memory, OpProfile, Plan, RuntimeError, StepOp, WeightSource,
+};
 
 pub struct ReferenceBackend {
     arena: Arena,
     pool: ThreadPool,
+    weights: Option<Arc<dyn WeightSource>>,
 }
 
 impl ReferenceBackend {
@@ -22,6 +26,7 @@ impl ReferenceBackend {
         ReferenceBackend {
             arena: Arena::new(),
             pool: ThreadPool::new(1),
+            weights: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use oxllm_runtime::{
     Backend, BufKind, BufRef, CpuBackend, ExecCtx, Memory, Op, ReferenceBackend, RuntimeError,
+    StepOp,
 };
 
 /// `out = x * factor + 1`, elementwise.
@@ -33,12 +34,12 @@ impl Op for Affine {
 /// Records `input -> affine(2) -> tmp -> affine(3) -> output` with a step-local temporary.
 fn record(b: &mut dyn Backend, input: BufRef, output: BufRef) -> Result<(), RuntimeError> {
     let tmp = b.alloc("affine", BufKind::F32, input.len)?;
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x: input,
         out: tmp,
         factor: 2.0,
     }))?;
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x: tmp,
         out: output,
         factor: 3.0,
@@ -167,7 +168,7 @@ fn plans_are_bound_to_their_backend_and_aliasing_is_an_error() {
     let mut other = CpuBackend::new(1);
     let buf = a.alloc_persistent(BufKind::F32, 2).unwrap();
     a.begin_capture().unwrap();
-    a.launch(Box::new(Affine {
+    a.launch(StepOp::host(Affine {
         x: buf,
         out: buf,
         factor: 1.0,
@@ -190,7 +191,7 @@ fn record_chain(b: &mut dyn Backend, input: BufRef, output: BufRef, n: usize) {
     let mut x = input;
     for _ in 0..n {
         let t = b.alloc("affine", BufKind::F32, input.len).unwrap();
-        b.launch(Box::new(Affine {
+        b.launch(StepOp::host(Affine {
             x,
             out: t,
             factor: 1.0,
@@ -198,7 +199,7 @@ fn record_chain(b: &mut dyn Backend, input: BufRef, output: BufRef, n: usize) {
         .unwrap();
         x = t;
     }
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x,
         out: output,
         factor: 1.0,
@@ -240,7 +241,7 @@ fn a_kept_buffer_outlives_its_last_use_for_the_host() {
     write(&mut b, input, &[1.0, 2.0, 3.0, 4.0]);
     b.begin_step().unwrap();
     let first = b.alloc("affine", BufKind::F32, 4).unwrap();
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x: input,
         out: first,
         factor: 2.0,
@@ -249,14 +250,14 @@ fn a_kept_buffer_outlives_its_last_use_for_the_host() {
     b.keep(first);
     // Later temporaries would take `first`'s memory if it were freed after its last use.
     let later = b.alloc("affine", BufKind::F32, 4).unwrap();
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x: input,
         out: later,
         factor: 0.0,
     }))
     .unwrap();
     let last = b.alloc("affine", BufKind::F32, 4).unwrap();
-    b.launch(Box::new(Affine {
+    b.launch(StepOp::host(Affine {
         x: later,
         out: last,
         factor: 0.0,

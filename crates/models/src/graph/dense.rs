@@ -1,22 +1,59 @@
-//! The Llama-family step as a launch sequence: the dense models' one forward.
+//! The Llama-family step as a launch sequence: the dense models' one forward, every op an
+//! [`OpDesc`] over buffers and weight ids, which the backend runs with its own kernels.
 
 use std::sync::Arc;
 
 use oxllm_core::DType;
 use oxllm_kernels::attention::AttnShape;
-use oxllm_runtime::{Backend, BufKind, BufRef, LayerWeight as L, WeightId};
+use oxllm_kernels::matmul::QMatrix;
+use oxllm_runtime::{Backend, BufKind, BufRef, LayerWeight as L, MatmulJob, OpDesc, WeightId};
 
-use super::ops::{
-    Add, Attention, Embed, GatherNorm, GraphModel, MatPick, Project, QkNormRope, Quantize, RmsNorm,
-    SiluMul, StoreKv, VecPick,
-};
 use super::{KvBuffers, StepView};
+use crate::hybrid::HybridModel;
 use crate::{LlamaModel, ModelError};
+
+/// What the shared recording steps read from a model (dense and hybrid alike).
+pub(super) trait GraphModel {
+    fn hidden(&self) -> usize;
+    fn vocab_size(&self) -> usize;
+    fn rms_eps(&self) -> f32;
+    fn output_head(&self) -> &QMatrix;
+}
+
+impl GraphModel for LlamaModel {
+    fn hidden(&self) -> usize {
+        self.config.hidden
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn rms_eps(&self) -> f32 {
+        self.config.rms_eps
+    }
+    fn output_head(&self) -> &QMatrix {
+        self.lm_head()
+    }
+}
+
+impl GraphModel for HybridModel {
+    fn hidden(&self) -> usize {
+        self.config.base.hidden
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.base.vocab_size
+    }
+    fn rms_eps(&self) -> f32 {
+        self.config.base.rms_eps
+    }
+    fn output_head(&self) -> &QMatrix {
+        self.lm_head()
+    }
+}
 
 /// Launches one forward step of `model` on `b` and returns the step-local logits buffer,
 /// `[step.logits(), vocab]` (live to its last use; the host reading it marks it with
-/// `Backend::keep`). Rows are the step's token rows; K/V go to
-/// `kv` at the slot mapping.
+/// `Backend::keep`). Rows are the step's token rows; K/V go to `kv` at the slot mapping. The
+/// backend resolves the weight ids in the weights it was handed (`Backend::load_weights`).
 pub fn record_dense_forward(
     b: &mut dyn Backend,
     model: &Arc<LlamaModel>,
@@ -41,138 +78,125 @@ pub fn record_dense_forward(
         head_dim: c.head_dim,
         scale: 1.0 / (c.head_dim as f32).sqrt(),
     };
-    let x = b.alloc("embed", BufKind::F32, n * h)?;
-    b.launch(Box::new(Embed {
-        model: model.clone(),
-        tokens: step.token_ids,
-        out: x,
-    }))?;
+    let x = embed(b, model.as_ref(), step)?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
     for (li, layer) in model.layers.iter().enumerate() {
-        let attn_norm: VecPick = |m, l| Some(&m.layers[l].attn_norm);
-        norm(b, model, li, (attn_norm, lw(li, L::AttnNorm)), x, normed)?;
-        let qkv_mats: [(MatPick, Option<VecPick>); 3] = [
-            (
-                |m, l| &m.layers[l].wq,
-                Some(|m, l| m.layers[l].bq.as_deref()),
-            ),
-            (
-                |m, l| &m.layers[l].wk,
-                Some(|m, l| m.layers[l].bk.as_deref()),
-            ),
-            (
-                |m, l| &m.layers[l].wv,
-                Some(|m, l| m.layers[l].bv.as_deref()),
-            ),
+        let lw = |w| WeightId::Layer(li as u32, w);
+        rms_norm(b, model.as_ref(), lw(L::AttnNorm), x, normed)?;
+        let qkv_ids = [
+            (lw(L::Wq), layer.bq.is_some().then(|| lw(L::Bq))),
+            (lw(L::Wk), layer.bk.is_some().then(|| lw(L::Bk))),
+            (lw(L::Wv), layer.bv.is_some().then(|| lw(L::Bv))),
         ];
-        let dtypes = [&layer.wq, &layer.wk, &layer.wv].map(|w| w.activation_dtype());
-        let qkv = [n * qw, n * kw, n * kw];
-        let qkv_ids = Some([
-            (lw(li, L::Wq), layer.bq.is_some().then(|| lw(li, L::Bq))),
-            (lw(li, L::Wk), layer.bk.is_some().then(|| lw(li, L::Bk))),
-            (lw(li, L::Wv), layer.bv.is_some().then(|| lw(li, L::Bv))),
-        ]);
-        let [q, k, v] = project(b, model, li, qkv_mats, qkv_ids, normed, n, h, dtypes, qkv)?;
-        b.launch(Box::new(QkNormRope {
-            model: model.clone(),
-            layer: li,
-            q,
-            k,
-            positions: step.positions,
-        }))?;
+        let dtypes = [&layer.wq, &layer.wk, &layer.wv].map(QMatrix::activation_dtype);
+        let lens = [n * qw, n * kw, n * kw];
+        let [q, k, v] = project(b, qkv_ids, normed, n, h, dtypes, lens)?;
+        let norms = (layer.q_norm.is_some() && layer.k_norm.is_some())
+            .then(|| (lw(L::QNorm), lw(L::KNorm)));
+        b.launch(
+            OpDesc::QkNormRope {
+                q,
+                k,
+                positions: step.positions,
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                norms,
+                eps: c.rms_eps,
+                rope: model.rope.clone(),
+            }
+            .into(),
+        )?;
         let attn = store_and_attend(b, step, kv, kv.layers[li], [q, k, v], shape)?;
-        let wo: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].wo, None)];
-        let [o] = project(
-            b,
-            model,
-            li,
-            wo,
-            Some([(lw(li, L::Wo), None)]),
-            attn,
-            n,
-            qw,
-            [layer.wo.activation_dtype()],
-            [n * h],
-        )?;
-        b.launch(Box::new(Add { acc: x, x: o }))?;
+        let dt = [layer.wo.activation_dtype()];
+        let [o] = project(b, [(lw(L::Wo), None)], attn, n, qw, dt, [n * h])?;
+        b.launch(OpDesc::Add { acc: x, x: o }.into())?;
 
-        let ffn_norm: VecPick = |m, l| Some(&m.layers[l].ffn_norm);
-        norm(b, model, li, (ffn_norm, lw(li, L::FfnNorm)), x, normed)?;
-        let gate_up: [(MatPick, Option<VecPick>); 2] = [
-            (|m, l| &m.layers[l].w_gate, None),
-            (|m, l| &m.layers[l].w_up, None),
-        ];
-        let dtypes = [&layer.w_gate, &layer.w_up].map(|w| w.activation_dtype());
-        let ids = Some([(lw(li, L::Gate), None), (lw(li, L::Up), None)]);
-        let [gate, up] = project(
-            b,
-            model,
-            li,
-            gate_up,
-            ids,
-            normed,
-            n,
-            h,
-            dtypes,
-            [n * c.ffn; 2],
-        )?;
-        b.launch(Box::new(SiluMul { gate, up }))?;
-        let down: [(MatPick, Option<VecPick>); 1] = [(|m, l| &m.layers[l].w_down, None)];
+        rms_norm(b, model.as_ref(), lw(L::FfnNorm), x, normed)?;
+        let ids = [(lw(L::Gate), None), (lw(L::Up), None)];
+        let dtypes = [&layer.w_gate, &layer.w_up].map(QMatrix::activation_dtype);
+        let [gate, up] = project(b, ids, normed, n, h, dtypes, [n * c.ffn; 2])?;
+        b.launch(OpDesc::SiluMul { gate, up }.into())?;
         let dt = [layer.w_down.activation_dtype()];
-        let ids = Some([(lw(li, L::Down), None)]);
-        let [d] = project(b, model, li, down, ids, gate, n, c.ffn, dt, [n * h])?;
-        b.launch(Box::new(Add { acc: x, x: d }))?;
+        let [d] = project(b, [(lw(L::Down), None)], gate, n, c.ffn, dt, [n * h])?;
+        b.launch(OpDesc::Add { acc: x, x: d }.into())?;
     }
 
-    record_head(b, model, step, x)
+    record_head(b, model.as_ref(), step, x)
+}
+
+/// The step's token embeddings: a fresh `[tokens, hidden]` buffer.
+pub(super) fn embed(
+    b: &mut dyn Backend,
+    model: &impl GraphModel,
+    step: &StepView,
+) -> Result<BufRef, ModelError> {
+    let h = model.hidden();
+    let x = b.alloc("embed", BufKind::F32, step.tokens() * h)?;
+    b.launch(
+        OpDesc::Embed {
+            tokens: step.token_ids,
+            out: x,
+            hidden: h,
+        }
+        .into(),
+    )?;
+    Ok(x)
+}
+
+/// RMSNorm of every row of `x` with the norm weight `weight` into `out`.
+pub(super) fn rms_norm(
+    b: &mut dyn Backend,
+    model: &impl GraphModel,
+    weight: WeightId,
+    x: BufRef,
+    out: BufRef,
+) -> Result<(), ModelError> {
+    b.launch(
+        OpDesc::RmsNorm {
+            weight,
+            x,
+            out,
+            cols: model.hidden(),
+            eps: model.rms_eps(),
+        }
+        .into(),
+    )?;
+    Ok(())
 }
 
 /// The final norm of the rows at the logits indices and the output head: returns the logits
 /// buffer `[step.logits(), vocab]`.
-pub(super) fn record_head<M: GraphModel>(
+pub(super) fn record_head(
     b: &mut dyn Backend,
-    model: &Arc<M>,
+    model: &impl GraphModel,
     step: &StepView,
     x: BufRef,
 ) -> Result<BufRef, ModelError> {
     let (m, h) = (step.logits(), model.hidden());
     let last = b.alloc("final_norm", BufKind::F32, m * h)?;
-    b.launch(Box::new(GatherNorm {
-        model: model.clone(),
-        x,
-        logits_indices: step.logits_indices,
-        out: last,
-    }))?;
-    let head: [(MatPick<M>, Option<VecPick<M>>); 1] = [(|m, _| m.output_head(), None)];
+    b.launch(
+        OpDesc::GatherNorm {
+            x,
+            indices: step.logits_indices,
+            weight: WeightId::FinalNorm,
+            out: last,
+            cols: h,
+            eps: model.rms_eps(),
+        }
+        .into(),
+    )?;
     let dt = [model.output_head().activation_dtype()];
     let vocab = model.vocab_size();
-    let ids = Some([(WeightId::OutputHead, None)]);
-    let [logits] = project(b, model, 0, head, ids, last, m, h, dt, [m * vocab])?;
+    let [logits] = project(
+        b,
+        [(WeightId::OutputHead, None)],
+        last,
+        m,
+        h,
+        dt,
+        [m * vocab],
+    )?;
     Ok(logits)
-}
-
-/// A weight of layer `layer`.
-fn lw(layer: usize, w: L) -> WeightId {
-    WeightId::Layer(layer as u32, w)
-}
-
-fn norm(
-    b: &mut dyn Backend,
-    model: &Arc<LlamaModel>,
-    layer: usize,
-    (weight, id): (VecPick, WeightId),
-    x: BufRef,
-    out: BufRef,
-) -> Result<(), ModelError> {
-    b.launch(Box::new(RmsNorm {
-        model: model.clone(),
-        layer,
-        weight,
-        weight_id: Some(id),
-        x,
-        out,
-    }))?;
-    Ok(())
 }
 
 /// Stores a layer's new K and V rows at the slot mapping and launches paged attention of `q`
@@ -185,43 +209,46 @@ pub(super) fn store_and_attend(
     [q, k, v]: [BufRef; 3],
     shape: AttnShape,
 ) -> Result<BufRef, ModelError> {
-    b.launch(Box::new(StoreKv {
-        slot_mapping: step.slot_mapping,
-        k,
-        v,
-        k_cache,
-        v_cache,
-        kv_width: kv.kv_width,
-    }))?;
+    b.launch(
+        OpDesc::StoreKv {
+            slot_mapping: step.slot_mapping,
+            k,
+            v,
+            k_cache,
+            v_cache,
+            kv_width: kv.kv_width,
+        }
+        .into(),
+    )?;
     let attn = b.alloc(
         "attention",
         BufKind::F32,
         step.tokens() * shape.n_heads * shape.head_dim,
     )?;
-    b.launch(Box::new(Attention {
-        q,
-        k_cache,
-        v_cache,
-        query_start_loc: step.query_start_loc,
-        seq_lens: step.seq_lens,
-        block_tables: step.block_tables,
-        block_table_stride: step.block_table_stride,
-        block_size: kv.block_size,
-        shape,
-        out: attn,
-    }))?;
+    b.launch(
+        OpDesc::Attention {
+            q,
+            k_cache,
+            v_cache,
+            query_start_loc: step.query_start_loc,
+            seq_lens: step.seq_lens,
+            block_tables: step.block_tables,
+            block_table_stride: step.block_table_stride,
+            block_size: kv.block_size,
+            shape,
+            out: attn,
+        }
+        .into(),
+    )?;
     Ok(attn)
 }
 
 /// Quantizes `input` (`rows x cols`) once per distinct activation format and launches the `N`
-/// products in one op; returns the fresh output buffers of `out_lens` elements.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
+/// products `(weight, bias)` of `ids` in one op; returns the fresh output buffers of
+/// `out_lens` elements.
+pub(super) fn project<const N: usize>(
     b: &mut dyn Backend,
-    model: &Arc<M>,
-    layer: usize,
-    mats: [(MatPick<M>, Option<VecPick<M>>); N],
-    ids: Option<[(WeightId, Option<WeightId>); N]>,
+    ids: [(WeightId, Option<WeightId>); N],
     input: BufRef,
     rows: usize,
     cols: usize,
@@ -241,13 +268,16 @@ pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
                         ModelError::InvalidBatch(format!("activation rows of {cols}: {e}"))
                     })?;
                 let buf = b.alloc("quantize", BufKind::QActs, bytes)?;
-                b.launch(Box::new(Quantize {
-                    x: input,
-                    rows,
-                    cols,
-                    dtype,
-                    out: buf,
-                }))?;
+                b.launch(
+                    OpDesc::Quantize {
+                        x: input,
+                        rows,
+                        cols,
+                        dtype,
+                        out: buf,
+                    }
+                    .into(),
+                )?;
                 quantized[k] = Some((dtype, buf));
                 buf
             }
@@ -257,16 +287,15 @@ pub(super) fn project<const N: usize, M: Send + Sync + 'static>(
     for k in 0..N {
         outs[k] = b.alloc("matmul", BufKind::F32, out_lens[k])?;
     }
-    b.launch(Box::new(Project {
-        model: model.clone(),
-        layer,
-        mats,
-        ids,
-        input,
-        rows,
-        cols,
-        acts,
-        outs,
-    }))?;
+    let jobs = (0..N)
+        .map(|k| MatmulJob {
+            weight: ids[k].0,
+            bias: ids[k].1,
+            input,
+            acts: acts[k],
+            out: outs[k],
+        })
+        .collect();
+    b.launch(OpDesc::Matmul { rows, cols, jobs }.into())?;
     Ok(outs)
 }

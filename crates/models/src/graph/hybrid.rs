@@ -12,39 +12,19 @@ use std::sync::Arc;
 
 use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
-use oxllm_runtime::{Backend, BufKind, BufRef};
+use oxllm_runtime::{Backend, BufKind, BufRef, LayerWeight as L, OpDesc, StepOp, WeightId};
 
-use super::dense::{project, record_head, store_and_attend};
+use super::dense::{embed, project, record_head, rms_norm, store_and_attend};
 use super::gdn_op::{scratch_len, GdnCore};
 use super::hybrid_ops::{AttnPrep, RestoreStates, SigmoidGate};
 use super::moe_op::{MoeOp, MoeWork};
-use super::ops::{Add, Embed, MatPick, RmsNorm, SiluMul, VecPick};
 use super::{KvBuffers, StateBuffers, StepView};
-use crate::hybrid::{DenseMlp, GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
+use crate::hybrid::{GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
 use crate::ModelError;
 
-type Pick = MatPick<HybridModel>;
-type NoBias = Option<VecPick<HybridModel>>;
-
-// Weight picks. The recorder names a layer's mixer (MLP) picks only after matching that
-// layer's mixer (MLP) kind, so the other arm is never taken.
-fn lin(m: &HybridModel, l: usize) -> &GatedDeltaNet {
-    match &m.layers[l].mixer {
-        Mixer::Linear(g) => g,
-        Mixer::Full(_) => unreachable!("layer {l} was recorded as a linear layer"),
-    }
-}
-fn full(m: &HybridModel, l: usize) -> &GatedAttention {
-    match &m.layers[l].mixer {
-        Mixer::Full(a) => a,
-        Mixer::Linear(_) => unreachable!("layer {l} was recorded as a full-attention layer"),
-    }
-}
-fn dense_mlp(m: &HybridModel, l: usize) -> &DenseMlp {
-    match &m.layers[l].mlp {
-        Mlp::Dense(d) => d,
-        Mlp::Moe(_) => unreachable!("layer {l} was recorded with a dense MLP"),
-    }
+/// Weight `w` of layer `li`.
+fn lw(li: usize, w: L) -> WeightId {
+    WeightId::Layer(li as u32, w)
 }
 
 fn bad(msg: String) -> ModelError {
@@ -89,7 +69,7 @@ pub fn record_hybrid_forward(
         )));
     }
     if n_linear > 0 {
-        b.launch(Box::new(RestoreStates {
+        b.launch(StepOp::host(RestoreStates {
             state_slots,
             restore_slots: states.restore_slots.prefix(seqs),
             layers: states.layers.clone(),
@@ -97,23 +77,11 @@ pub fn record_hybrid_forward(
             rec_len: states.recurrent_len,
         }))?;
     }
-    let x = b.alloc("embed", BufKind::F32, n * h)?;
-    b.launch(Box::new(Embed {
-        model: model.clone(),
-        tokens: step.token_ids,
-        out: x,
-    }))?;
+    let x = embed(b, model.as_ref(), step)?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
     let (mut attn_idx, mut lin_idx) = (0, 0);
     for (li, layer) in model.layers.iter().enumerate() {
-        norm(
-            b,
-            model,
-            li,
-            |m, l| Some(&m.layers[l].input_norm),
-            x,
-            normed,
-        )?;
+        rms_norm(b, model.as_ref(), lw(li, L::AttnNorm), x, normed)?;
         let mixed = match &layer.mixer {
             Mixer::Linear(g) => {
                 let s = states.layers[lin_idx];
@@ -126,21 +94,17 @@ pub fn record_hybrid_forward(
                 record_full(b, model, li, a, step, kv, cache, normed)?
             }
         };
-        b.launch(Box::new(Add { acc: x, x: mixed }))?;
-        norm(b, model, li, |m, l| Some(&m.layers[l].post_norm), x, normed)?;
+        b.launch(OpDesc::Add { acc: x, x: mixed }.into())?;
+        rms_norm(b, model.as_ref(), lw(li, L::FfnNorm), x, normed)?;
         let y = match &layer.mlp {
             Mlp::Dense(d) => {
-                let mats: [(Pick, NoBias); 2] = [
-                    (|m, l| &dense_mlp(m, l).gate, None),
-                    (|m, l| &dense_mlp(m, l).up, None),
-                ];
+                let ids = [(lw(li, L::Gate), None), (lw(li, L::Up), None)];
                 let dt = [&d.gate, &d.up].map(QMatrix::activation_dtype);
                 let ffn = d.gate.rows();
-                let [g, u] = project(b, model, li, mats, None, normed, n, h, dt, [n * ffn; 2])?;
-                b.launch(Box::new(SiluMul { gate: g, up: u }))?;
-                let down: [(Pick, NoBias); 1] = [(|m, l| &dense_mlp(m, l).down, None)];
+                let [g, u] = project(b, ids, normed, n, h, dt, [n * ffn; 2])?;
+                b.launch(OpDesc::SiluMul { gate: g, up: u }.into())?;
                 let dt = [d.down.activation_dtype()];
-                let [y] = project(b, model, li, down, None, g, n, ffn, dt, [n * h])?;
+                let [y] = project(b, [(lw(li, L::Down), None)], g, n, ffn, dt, [n * h])?;
                 y
             }
             Mlp::Moe(moe) => {
@@ -158,7 +122,7 @@ pub fn record_hybrid_forward(
                     qh: b.alloc("moe", BufKind::QActs, qh)?,
                 };
                 let y = b.alloc("moe", BufKind::F32, n * h)?;
-                b.launch(Box::new(MoeOp {
+                b.launch(StepOp::host(MoeOp {
                     model: model.clone(),
                     layer: li,
                     x: normed,
@@ -169,29 +133,10 @@ pub fn record_hybrid_forward(
                 y
             }
         };
-        b.launch(Box::new(Add { acc: x, x: y }))?;
+        b.launch(OpDesc::Add { acc: x, x: y }.into())?;
     }
 
-    record_head(b, model, step, x)
-}
-
-fn norm(
-    b: &mut dyn Backend,
-    model: &Arc<HybridModel>,
-    layer: usize,
-    weight: VecPick<HybridModel>,
-    x: BufRef,
-    out: BufRef,
-) -> Result<(), ModelError> {
-    b.launch(Box::new(RmsNorm {
-        weight_id: None,
-        model: model.clone(),
-        layer,
-        weight,
-        x,
-        out,
-    }))?;
-    Ok(())
+    record_head(b, model.as_ref(), step, x)
 }
 
 /// A Gated DeltaNet layer on `normed`; returns its `[n, hidden]` output.
@@ -209,16 +154,16 @@ fn record_linear(
     let c = &g.cfg;
     let (n, h) = (step.tokens(), model.config.base.hidden);
     let (pw, vw) = (c.conv_dim() + c.value_width(), c.value_width());
-    let mats: [(Pick, NoBias); 2] = [
-        (|m, l| &lin(m, l).in_proj, None),
-        (|m, l| &lin(m, l).in_proj_ba, None),
+    let ids = [
+        (lw(li, L::LinearInProj), None),
+        (lw(li, L::LinearInProjBa), None),
     ];
     let dt = [&g.in_proj, &g.in_proj_ba].map(QMatrix::activation_dtype);
     let lens = [n * pw, n * 2 * c.n_v_heads];
-    let [proj, ba] = project(b, model, li, mats, None, normed, n, h, dt, lens)?;
+    let [proj, ba] = project(b, ids, normed, n, h, dt, lens)?;
     let scratch = b.alloc("gated_delta_net", BufKind::F32, scratch_len(g, n))?;
     let core = b.alloc("gated_delta_net", BufKind::F32, n * vw)?;
-    b.launch(Box::new(GdnCore {
+    b.launch(StepOp::host(GdnCore {
         model: model.clone(),
         layer: li,
         proj,
@@ -233,9 +178,9 @@ fn record_linear(
         scratch,
         out: core,
     }))?;
-    let out: [(Pick, NoBias); 1] = [(|m, l| &lin(m, l).out_proj, None)];
     let dt = [g.out_proj.activation_dtype()];
-    let [o] = project(b, model, li, out, None, core, n, vw, dt, [n * h])?;
+    let out = [(lw(li, L::LinearOutProj), None)];
+    let [o] = project(b, out, core, n, vw, dt, [n * h])?;
     Ok(o)
 }
 
@@ -253,15 +198,11 @@ fn record_full(
 ) -> Result<BufRef, ModelError> {
     let c = &model.config.base;
     let (n, h, qw, kw) = (step.tokens(), c.hidden, c.q_width(), c.kv_width());
-    let mats: [(Pick, NoBias); 3] = [
-        (|m, l| &full(m, l).wq, None),
-        (|m, l| &full(m, l).wk, None),
-        (|m, l| &full(m, l).wv, None),
-    ];
+    let ids = [L::Wq, L::Wk, L::Wv].map(|w| (lw(li, w), None));
     let dt = [&a.wq, &a.wk, &a.wv].map(QMatrix::activation_dtype);
     let q_rows = if a.gated { 2 * qw } else { qw };
     let lens = [n * q_rows, n * kw, n * kw];
-    let [qg, k, v] = project(b, model, li, mats, None, normed, n, h, dt, lens)?;
+    let [qg, k, v] = project(b, ids, normed, n, h, dt, lens)?;
     let (q, split) = if a.gated {
         let q = b.alloc("attn_prep", BufKind::F32, n * qw)?;
         let gate = b.alloc("attn_prep", BufKind::F32, n * qw)?;
@@ -269,7 +210,7 @@ fn record_full(
     } else {
         (qg, None)
     };
-    b.launch(Box::new(AttnPrep {
+    b.launch(StepOp::host(AttnPrep {
         model: model.clone(),
         layer: li,
         q,
@@ -285,10 +226,9 @@ fn record_full(
     };
     let attn = store_and_attend(b, step, kv, (k_cache, v_cache), [q, k, v], shape)?;
     if let Some((_, gate)) = split {
-        b.launch(Box::new(SigmoidGate { attn, gate }))?;
+        b.launch(StepOp::host(SigmoidGate { attn, gate }))?;
     }
-    let wo: [(Pick, NoBias); 1] = [(|m, l| &full(m, l).wo, None)];
     let dt = [a.wo.activation_dtype()];
-    let [o] = project(b, model, li, wo, None, attn, n, qw, dt, [n * h])?;
+    let [o] = project(b, [(lw(li, L::Wo), None)], attn, n, qw, dt, [n * h])?;
     Ok(o)
 }

@@ -15,8 +15,8 @@ mod gdn_op;
 mod hybrid;
 mod hybrid_ops;
 mod moe_op;
-mod ops;
 mod states;
+mod weights;
 
 pub use buffers::{KvBuffers, StepBuffers, StepView};
 pub use dense::record_dense_forward;
