@@ -125,20 +125,16 @@ impl Scheduler {
         if self.step_in_flight.is_some() {
             return Err(SchedError::StepInFlight);
         }
-        let mut budget = StepBudget {
-            tokens: self.config.max_num_batched_tokens,
-            prefill: usize::MAX,
-        };
         let mut out = SchedulerOutput {
             step: self.next_step,
             ..SchedulerOutput::default()
         };
         self.preempt_for_fairness(&mut out);
-        if let Some(cap) = self.config.max_prefill_beside_decode {
-            if self.any_decoding() {
-                budget.prefill = cap;
-            }
-        }
+        let mut budget = StepBudget::new(
+            self.config.max_num_batched_tokens,
+            self.config.max_prefill_beside_decode,
+            self.any_decoding(),
+        );
         let preempted_for_fairness = out.preempted.len();
         self.schedule_running(&mut budget, &mut out)?;
         // Admitting while preempting for blocks would only thrash: the blocks just freed are
@@ -146,7 +142,7 @@ impl Scheduler {
         if out.preempted.len() == preempted_for_fairness {
             self.schedule_waiting(&mut budget, &mut out)?;
         }
-        out.num_batched_tokens = self.config.max_num_batched_tokens - budget.tokens;
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget.tokens_left();
         out.finished = std::mem::take(&mut self.finished_since_output);
         self.next_step += 1;
         self.step_in_flight = Some(out.step);
@@ -169,7 +165,7 @@ impl Scheduler {
         out: &mut SchedulerOutput,
     ) -> Result<(), SchedError> {
         let mut index = 0;
-        while index < self.running.len() && budget.tokens > 0 {
+        while index < self.running.len() && budget.tokens_left() > 0 {
             let req_id = self.running[index];
             let Some(req) = self.requests.get(&req_id) else {
                 index += 1;
@@ -226,7 +222,7 @@ impl Scheduler {
         out: &mut SchedulerOutput,
     ) -> Result<(), SchedError> {
         let mut counts = fairness::running_counts(&self.running, &self.requests);
-        while budget.tokens > 0 && self.running.len() < self.config.max_num_seqs {
+        while budget.tokens_left() > 0 && self.running.len() < self.config.max_num_seqs {
             let Some((pos, req_id)) =
                 fairness::next_waiting(&self.waiting, &self.requests, &counts)
             else {
@@ -244,7 +240,9 @@ impl Scheduler {
             let pending = req.num_tokens() - num_cached;
             let num_new = budget.grant(pending);
             if num_new == 0 {
-                // The prefill share of this step is spent; the request waits for the next.
+                // The prefill share of this step is spent (or, for a resumed request with one token
+                // left, the step already carries more prompt tokens than a decode may sit beside);
+                // the request waits for the next.
                 break;
             }
             if self
