@@ -103,16 +103,42 @@ struct DeviceRunner<'a, G> {
     uploaded: Vec<BufRef>,
 }
 
-/// What runs where: a description on the device, a host-only op (sampling) on the host; a
-/// host op meant for the device (a hybrid layer's op, not described yet) is refused by name.
+/// What runs where: a description with a device kernel on the device, a host-only op
+/// (sampling) on the host; a description without a device kernel (the hybrid layers' ops) or
+/// a host op meant for the device is refused by name, before anything runs.
 enum Placement<'a> {
     Device(&'a OpDesc),
     Host(&'a dyn Op),
 }
 
+/// Whether this backend has kernels for `d`: every variant is listed, so a new one is a
+/// decision here, not a silent fallback.
+fn has_device_kernel(d: &OpDesc) -> bool {
+    match d {
+        OpDesc::Embed { .. }
+        | OpDesc::RmsNorm { .. }
+        | OpDesc::Quantize { .. }
+        | OpDesc::Matmul { .. }
+        | OpDesc::QkNormRope { .. }
+        | OpDesc::StoreKv { .. }
+        | OpDesc::Attention { .. }
+        | OpDesc::Add { .. }
+        | OpDesc::SiluMul { .. }
+        | OpDesc::GatherNorm { .. } => true,
+        OpDesc::RestoreStates { .. }
+        | OpDesc::GatedDeltaNet(_)
+        | OpDesc::SplitQueryGate { .. }
+        | OpDesc::SigmoidMul { .. } => false,
+    }
+}
+
 fn placement(op: &StepOp) -> Result<Placement<'_>, RuntimeError> {
     match op {
-        StepOp::Desc(d) => Ok(Placement::Device(d)),
+        StepOp::Desc(d) if has_device_kernel(d) => Ok(Placement::Device(d)),
+        StepOp::Desc(d) => Err(RuntimeError::Unsupported {
+            backend: "cuda",
+            op: d.name(),
+        }),
         StepOp::Host(h) if h.host_only() => Ok(Placement::Host(h.as_ref())),
         StepOp::Host(h) => Err(RuntimeError::Unsupported {
             backend: "cuda",

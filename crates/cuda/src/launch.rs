@@ -287,5 +287,13 @@ pub(crate) fn launch<G: Gpu>(
             ];
             dev.launch(op, "silu_mul", (blocks(n), 1), THREADS, &args)
         }
+        // Refused before launch (`backend::placement`); no device kernels yet.
+        OpDesc::RestoreStates { .. }
+        | OpDesc::GatedDeltaNet(_)
+        | OpDesc::SplitQueryGate { .. }
+        | OpDesc::SigmoidMul { .. } => Err(RuntimeError::Unsupported {
+            backend: "cuda",
+            op: desc.name(),
+        }),
     }
 }

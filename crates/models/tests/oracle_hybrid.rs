@@ -162,3 +162,30 @@ fn missing_tensor_is_named() {
     );
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// A backend without kernels for the hybrid ops refuses each by its description's name, as a
+/// typed error before running anything (never a wrong answer or a panic).
+#[test]
+fn a_backend_without_hybrid_kernels_refuses_them_by_name() {
+    use oxllm_models::ModelError;
+    use oxllm_runtime::RuntimeError;
+    for (dir, first_refused) in [
+        ("qwen3-next-f32", "restore_states"),
+        ("qwen3.5-f32", "restore_states"),
+        ("qwen3-moe-f32", "moe"),
+    ] {
+        let (model, oracle, _) = load(dir, DeltaRule::Recurrent);
+        let prompt = ids(&oracle["short_prompt"]["prompt_ids"]);
+        let backend = Box::new(oxllm_cuda::EmulatedBackend::emulated(1));
+        let err = Session::new(&model, 64, backend)
+            .and_then(|mut s| s.extend(&prompt, true))
+            .err()
+            .unwrap_or_else(|| panic!("{dir}: ran on a backend without its kernels"));
+        match err {
+            ModelError::Runtime(RuntimeError::Unsupported { backend, op }) => {
+                assert_eq!((backend, op), ("cuda", first_refused), "{dir}");
+            }
+            other => panic!("{dir}: expected Unsupported, got {other}"),
+        }
+    }
+}

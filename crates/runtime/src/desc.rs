@@ -12,6 +12,7 @@
 
 use oxllm_core::DType;
 use oxllm_kernels::attention::AttnShape;
+use oxllm_kernels::gdn::{DeltaRule, GdnShape};
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_kernels::ops::Rope;
 
@@ -40,6 +41,14 @@ pub enum LayerWeight {
     LinearInProjBa,
     /// A Gated DeltaNet layer's output projection.
     LinearOutProj,
+    /// A Gated DeltaNet layer's depthwise conv taps (`[conv_dim, conv_kernel]`).
+    LinearConv,
+    /// A Gated DeltaNet layer's `-exp(A_log)` per value head.
+    LinearNegA,
+    /// A Gated DeltaNet layer's `dt_bias` per value head.
+    LinearDtBias,
+    /// A Gated DeltaNet layer's gated RMSNorm weight (`v_dim`).
+    LinearNorm,
 }
 
 /// A weight of the model: the whole model's, or one layer's.
@@ -79,6 +88,34 @@ pub struct MatmulJob {
     pub input: BufRef,
     /// The host backends' quantized activations of `input`.
     pub acts: BufRef,
+    pub out: BufRef,
+}
+
+/// One Gated DeltaNet layer's core over a step (`kernels::gdn`): its weights by id, the
+/// step's projections and sequence layout, and the layer's state buffers (all slots).
+#[derive(Clone, Debug)]
+pub struct GdnDesc {
+    pub shape: GdnShape,
+    pub rule: DeltaRule,
+    pub eps: f32,
+    pub conv: WeightId,
+    pub neg_a: WeightId,
+    pub dt_bias: WeightId,
+    pub norm: WeightId,
+    /// `[n, conv_dim + value_width]`: q, k, v, z per row.
+    pub proj: BufRef,
+    /// `[n, 2 * n_v_heads]`: b, a per row.
+    pub ba: BufRef,
+    pub query_start_loc: BufRef,
+    pub seq_lens: BufRef,
+    pub state_slots: BufRef,
+    pub checkpoint_rows: BufRef,
+    pub checkpoint_slots: BufRef,
+    pub conv_state: BufRef,
+    pub rec_state: BufRef,
+    /// Step-local work floats, `shape.scratch_len(n)`.
+    pub scratch: BufRef,
+    /// `[n, value_width]`.
     pub out: BufRef,
 }
 
@@ -159,6 +196,28 @@ pub enum OpDesc {
         cols: usize,
         eps: f32,
     },
+    /// Before any layer runs: each restoring sequence's checkpoint slot (`restore_slots`, -1:
+    /// none) copied into its running slot (`state_slots`) in every listed state buffer (conv,
+    /// recurrent: `conv_len` / `rec_len` floats a slot). A warm step skips it.
+    RestoreStates {
+        state_slots: BufRef,
+        restore_slots: BufRef,
+        layers: Vec<(BufRef, BufRef)>,
+        conv_len: usize,
+        rec_len: usize,
+    },
+    /// A Gated DeltaNet layer's core; a warm step skips it (it would advance states).
+    GatedDeltaNet(Box<GdnDesc>),
+    /// Per head of `src` (`[query | gate]`, `2 * head_dim` each): the query half into `query`,
+    /// the gate half into `gate`.
+    SplitQueryGate {
+        src: BufRef,
+        query: BufRef,
+        gate: BufRef,
+        head_dim: usize,
+    },
+    /// `x *= sigmoid(gate)`.
+    SigmoidMul { x: BufRef, gate: BufRef },
 }
 
 impl OpDesc {
@@ -175,6 +234,10 @@ impl OpDesc {
             OpDesc::Add { .. } => "add",
             OpDesc::SiluMul { .. } => "silu_mul",
             OpDesc::GatherNorm { .. } => "final_norm",
+            OpDesc::RestoreStates { .. } => "restore_states",
+            OpDesc::GatedDeltaNet(_) => "gated_delta_net",
+            OpDesc::SplitQueryGate { .. } => "split_query_gate",
+            OpDesc::SigmoidMul { .. } => "sigmoid_gate",
         }
     }
 
@@ -228,6 +291,39 @@ impl OpDesc {
             OpDesc::GatherNorm {
                 x, indices, out, ..
             } => [*x, *indices, *out].into_iter().for_each(visit),
+            OpDesc::RestoreStates {
+                state_slots,
+                restore_slots,
+                layers,
+                ..
+            } => {
+                [*state_slots, *restore_slots]
+                    .into_iter()
+                    .for_each(&mut *visit);
+                for &(conv, rec) in layers {
+                    visit(conv);
+                    visit(rec);
+                }
+            }
+            OpDesc::GatedDeltaNet(g) => [
+                g.proj,
+                g.ba,
+                g.query_start_loc,
+                g.seq_lens,
+                g.state_slots,
+                g.checkpoint_rows,
+                g.checkpoint_slots,
+                g.conv_state,
+                g.rec_state,
+                g.scratch,
+                g.out,
+            ]
+            .into_iter()
+            .for_each(visit),
+            OpDesc::SplitQueryGate {
+                src, query, gate, ..
+            } => [*src, *query, *gate].into_iter().for_each(visit),
+            OpDesc::SigmoidMul { x, gate } => [*x, *gate].into_iter().for_each(visit),
         }
     }
 }

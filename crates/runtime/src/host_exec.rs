@@ -9,6 +9,7 @@
 //! are errors naming the op, never a panic.
 
 use oxllm_kernels::attention::AttnMetadata;
+use oxllm_kernels::gdn::{GdnInputs, GdnWeights};
 use oxllm_kernels::matmul::{add_bias, QMatrix};
 use oxllm_kernels::ops;
 use oxllm_kernels::pool::{for_parts_mut, ThreadPool};
@@ -236,6 +237,93 @@ impl HostExec<'_> {
                         ));
                     }
                     ops::rms_norm(&x[t * h..(t + 1) * h], w, *eps, dst);
+                }
+            }
+            OpDesc::RestoreStates {
+                state_slots,
+                restore_slots,
+                layers,
+                conv_len,
+                rec_len,
+            } => {
+                let slots = mem.u32(name, *state_slots)?;
+                let restores = mem.i32(name, *restore_slots)?;
+                for &(conv, rec) in layers {
+                    for (buf, len) in [(conv, *conv_len), (rec, *rec_len)] {
+                        let mut state = mem.f32_mut(name, buf)?;
+                        (k.restore_states)(&mut state, len, &slots, &restores)
+                            .map_err(|e| RuntimeError::op(name, e))?;
+                    }
+                }
+            }
+            OpDesc::GatedDeltaNet(g) => {
+                let weights = GdnWeights {
+                    conv: self.vector(name, g.conv)?,
+                    neg_a: self.vector(name, g.neg_a)?,
+                    dt_bias: self.vector(name, g.dt_bias)?,
+                    norm: self.vector(name, g.norm)?,
+                    eps: g.eps,
+                };
+                let (proj, ba) = (mem.f32(name, g.proj)?, mem.f32(name, g.ba)?);
+                let qsl = mem.u32(name, g.query_start_loc)?;
+                let seq_lens = mem.u32(name, g.seq_lens)?;
+                let slots = mem.u32(name, g.state_slots)?;
+                let cp_rows = mem.u32(name, g.checkpoint_rows)?;
+                let cp_slots = mem.u32(name, g.checkpoint_slots)?;
+                let inputs = GdnInputs {
+                    proj: &proj,
+                    ba: &ba,
+                    query_start_loc: &qsl,
+                    seq_lens: &seq_lens,
+                    state_slots: &slots,
+                    checkpoint_rows: &cp_rows,
+                    checkpoint_slots: &cp_slots,
+                };
+                let mut conv = mem.f32_mut(name, g.conv_state)?;
+                let mut rec = mem.f32_mut(name, g.rec_state)?;
+                let mut scratch = mem.f32_mut(name, g.scratch)?;
+                let mut out = mem.f32_mut(name, g.out)?;
+                (k.gated_delta_net)(
+                    &g.shape,
+                    g.rule,
+                    &weights,
+                    &inputs,
+                    &mut conv,
+                    &mut rec,
+                    &mut scratch,
+                    &mut out,
+                )
+                .map_err(|e| RuntimeError::op(name, e))?;
+            }
+            OpDesc::SplitQueryGate {
+                src,
+                query,
+                gate,
+                head_dim,
+            } => {
+                let hd = (*head_dim).max(1);
+                let src = mem.f32(name, *src)?;
+                let mut query = mem.f32_mut(name, *query)?;
+                let mut gate = mem.f32_mut(name, *gate)?;
+                check(
+                    name,
+                    query.len() == gate.len() && src.len() == 2 * query.len(),
+                    "query, gate and their source differ in length",
+                )?;
+                for (s, (q, g)) in src
+                    .chunks_exact(2 * hd)
+                    .zip(query.chunks_exact_mut(hd).zip(gate.chunks_exact_mut(hd)))
+                {
+                    q.copy_from_slice(&s[..hd]);
+                    g.copy_from_slice(&s[hd..]);
+                }
+            }
+            OpDesc::SigmoidMul { x, gate } => {
+                let gate = mem.f32(name, *gate)?;
+                let mut x = mem.f32_mut(name, *x)?;
+                check(name, x.len() == gate.len(), "x and gate differ in length")?;
+                for (a, &g) in x.iter_mut().zip(gate.iter()) {
+                    *a *= 1.0 / (1.0 + (-g).exp());
                 }
             }
         }

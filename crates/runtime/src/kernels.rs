@@ -5,13 +5,16 @@
 //! [`CpuBackend`](crate::CpuBackend) runs [`FAST`] (SIMD kernels chosen for the CPU, work split
 //! over the thread pool) and, in a warm step, [`WARM`] (the same, but matmuls only build their
 //! plans and K/V stores do nothing: a warm step sizes buffers and scratch on whatever its inputs
-//! hold, and nobody reads its products); [`ReferenceBackend`](crate::ReferenceBackend) runs
+//! hold, and nobody reads its products; recurrent states are neither restored nor advanced); [`ReferenceBackend`](crate::ReferenceBackend) runs
 //! [`REFERENCE`] (the scalar kernels, one thread). A device backend brings its own kernels.
 
 use half::f16;
 use oxllm_core::DType;
 use oxllm_kernels::attention::{
     paged_attention, paged_attention_scalar, store_kv, AttnMetadata, AttnShape,
+};
+use oxllm_kernels::gdn::{
+    gated_delta_net, restore_state_slots, DeltaRule, GdnError, GdnInputs, GdnShape, GdnWeights,
 };
 use oxllm_kernels::matmul::{
     matmul_many, matmul_many_prepare, matmul_reference, quantize_acts_into,
@@ -31,6 +34,20 @@ pub type AttentionFn<E> =
     fn(&ThreadPool, &[f32], &[E], &[E], &AttnMetadata<'_>, AttnShape, &mut [f32]);
 /// Writes K and V rows (`k`, `v`) into the cache slots of `slot_mapping` (-1: skipped).
 pub type StoreKvFn<E> = fn(&mut [E], &mut [E], &[i32], &[f32], &[f32], usize);
+/// A Gated DeltaNet layer's core over a step: (shape, rule, weights, inputs, conv states,
+/// recurrent states, scratch, out).
+pub type GdnFn = fn(
+    &GdnShape,
+    DeltaRule,
+    &GdnWeights<'_>,
+    &GdnInputs<'_>,
+    &mut [f32],
+    &mut [f32],
+    &mut [f32],
+    &mut [f32],
+) -> Result<(), GdnError>;
+/// Copies checkpoint slots into running slots in one state buffer (`len` floats a slot).
+pub type RestoreFn = fn(&mut [f32], usize, &[u32], &[i32]) -> Result<(), GdnError>;
 
 #[derive(Clone, Copy)]
 pub struct Kernels {
@@ -41,6 +58,8 @@ pub struct Kernels {
     pub attention_f16: AttentionFn<f16>,
     pub store_kv_f32: StoreKvFn<f32>,
     pub store_kv_f16: StoreKvFn<f16>,
+    pub gated_delta_net: GdnFn,
+    pub restore_states: RestoreFn,
 }
 
 pub static FAST: Kernels = Kernels {
@@ -51,6 +70,8 @@ pub static FAST: Kernels = Kernels {
     attention_f16: paged_attention::<f16>,
     store_kv_f32: store_kv::<f32>,
     store_kv_f16: store_kv::<f16>,
+    gated_delta_net,
+    restore_states: restore_state_slots,
 };
 
 pub static WARM: Kernels = Kernels {
@@ -58,6 +79,8 @@ pub static WARM: Kernels = Kernels {
     matmul: matmul_many_prepare,
     store_kv_f32: store_nothing::<f32>,
     store_kv_f16: store_nothing::<f16>,
+    gated_delta_net: advance_nothing,
+    restore_states: restore_nothing,
     ..FAST
 };
 
@@ -69,10 +92,31 @@ pub static REFERENCE: Kernels = Kernels {
     attention_f16: paged_attention_scalar::<f16>,
     store_kv_f32: store_kv::<f32>,
     store_kv_f16: store_kv::<f16>,
+    gated_delta_net,
+    restore_states: restore_state_slots,
 };
 
 /// A warm step runs on whatever its inputs hold: it must not touch the K/V cache.
 fn store_nothing<E>(_: &mut [E], _: &mut [E], _: &[i32], _: &[f32], _: &[f32], _: usize) {}
+
+/// A warm step must not advance or restore recurrent states either.
+#[allow(clippy::too_many_arguments)]
+fn advance_nothing(
+    _: &GdnShape,
+    _: DeltaRule,
+    _: &GdnWeights<'_>,
+    _: &GdnInputs<'_>,
+    _: &mut [f32],
+    _: &mut [f32],
+    _: &mut [f32],
+    _: &mut [f32],
+) -> Result<(), GdnError> {
+    Ok(())
+}
+
+fn restore_nothing(_: &mut [f32], _: usize, _: &[u32], _: &[i32]) -> Result<(), GdnError> {
+    Ok(())
+}
 
 fn quantize_reference(
     _pool: &ThreadPool,

@@ -2,7 +2,7 @@
 //!
 //! A model's forward is a sequence of [`StepOp`]s over [`BufRef`] buffers, launched on a
 //! [`Backend`]: ops as data ([`OpDesc`], weights named by [`WeightId`]) that each backend runs
-//! with its own kernels, and a few host ops ([`Op`]: sampling, the hybrid layers' ops). Run eagerly, each op executes at once on buffers allocated for that step. Between
+//! with its own kernels, and a few host ops ([`Op`]: sampling, the mixture-of-experts MLP). Run eagerly, each op executes at once on buffers allocated for that step. Between
 //! [`Backend::begin_capture`] and [`Backend::end_capture`] the same launches are recorded into a
 //! [`Plan`] instead, which [`Backend::replay`] reruns on the same buffers. Inside a capture:
 //! - no buffer is allocated: every step-local buffer comes from a pool warmed by
@@ -31,7 +31,7 @@ mod step_op;
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
 pub use cpu::{CpuBackend, CpuOptions};
-pub use desc::{HostWeight, LayerWeight, MatmulJob, OpDesc, WeightId, WeightSource};
+pub use desc::{GdnDesc, HostWeight, LayerWeight, MatmulJob, OpDesc, WeightId, WeightSource};
 pub use error::RuntimeError;
 pub use kernels::Kernels;
 pub use op::{ExecCtx, Op, OpProfile};

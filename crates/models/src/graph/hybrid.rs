@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
-use oxllm_runtime::{Backend, BufKind, BufRef, LayerWeight as L, OpDesc, StepOp, WeightId};
+use oxllm_runtime::{
+    Backend, BufKind, BufRef, GdnDesc, LayerWeight as L, OpDesc, StepOp, WeightId,
+};
 
 use super::dense::{embed, project, record_head, rms_norm, store_and_attend};
-use super::gdn_op::{scratch_len, GdnCore};
-use super::hybrid_ops::{AttnPrep, RestoreStates, SigmoidGate};
 use super::moe_op::{MoeOp, MoeWork};
 use super::{KvBuffers, StateBuffers, StepView};
 use crate::hybrid::{GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
@@ -69,13 +69,16 @@ pub fn record_hybrid_forward(
         )));
     }
     if n_linear > 0 {
-        b.launch(StepOp::host(RestoreStates {
-            state_slots,
-            restore_slots: states.restore_slots.prefix(seqs),
-            layers: states.layers.clone(),
-            conv_len: states.conv_len,
-            rec_len: states.recurrent_len,
-        }))?;
+        b.launch(
+            OpDesc::RestoreStates {
+                state_slots,
+                restore_slots: states.restore_slots.prefix(seqs),
+                layers: states.layers.clone(),
+                conv_len: states.conv_len,
+                rec_len: states.recurrent_len,
+            }
+            .into(),
+        )?;
     }
     let x = embed(b, model.as_ref(), step)?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
@@ -161,23 +164,31 @@ fn record_linear(
     let dt = [&g.in_proj, &g.in_proj_ba].map(QMatrix::activation_dtype);
     let lens = [n * pw, n * 2 * c.n_v_heads];
     let [proj, ba] = project(b, ids, normed, n, h, dt, lens)?;
-    let scratch = b.alloc("gated_delta_net", BufKind::F32, scratch_len(g, n))?;
+    let scratch = b.alloc("gated_delta_net", BufKind::F32, c.scratch_len(n))?;
     let core = b.alloc("gated_delta_net", BufKind::F32, n * vw)?;
-    b.launch(StepOp::host(GdnCore {
-        model: model.clone(),
-        layer: li,
-        proj,
-        ba,
-        query_start_loc: step.query_start_loc,
-        seq_lens: step.seq_lens,
-        state_slots: states.state_slots.prefix(step.seqs()),
-        checkpoint_rows: states.checkpoint_rows,
-        checkpoint_slots: states.checkpoint_slots,
-        conv_state,
-        rec_state,
-        scratch,
-        out: core,
-    }))?;
+    b.launch(
+        OpDesc::GatedDeltaNet(Box::new(GdnDesc {
+            shape: *c,
+            rule: model.delta_rule(),
+            eps: g.eps,
+            conv: lw(li, L::LinearConv),
+            neg_a: lw(li, L::LinearNegA),
+            dt_bias: lw(li, L::LinearDtBias),
+            norm: lw(li, L::LinearNorm),
+            proj,
+            ba,
+            query_start_loc: step.query_start_loc,
+            seq_lens: step.seq_lens,
+            state_slots: states.state_slots.prefix(step.seqs()),
+            checkpoint_rows: states.checkpoint_rows,
+            checkpoint_slots: states.checkpoint_slots,
+            conv_state,
+            rec_state,
+            scratch,
+            out: core,
+        }))
+        .into(),
+    )?;
     let dt = [g.out_proj.activation_dtype()];
     let out = [(lw(li, L::LinearOutProj), None)];
     let [o] = project(b, out, core, n, vw, dt, [n * h])?;
@@ -203,21 +214,35 @@ fn record_full(
     let q_rows = if a.gated { 2 * qw } else { qw };
     let lens = [n * q_rows, n * kw, n * kw];
     let [qg, k, v] = project(b, ids, normed, n, h, dt, lens)?;
-    let (q, split) = if a.gated {
-        let q = b.alloc("attn_prep", BufKind::F32, n * qw)?;
-        let gate = b.alloc("attn_prep", BufKind::F32, n * qw)?;
-        (q, Some((qg, gate)))
+    let (q, gate) = if a.gated {
+        let query = b.alloc("split_query_gate", BufKind::F32, n * qw)?;
+        let gate = b.alloc("split_query_gate", BufKind::F32, n * qw)?;
+        b.launch(
+            OpDesc::SplitQueryGate {
+                src: qg,
+                query,
+                gate,
+                head_dim: c.head_dim,
+            }
+            .into(),
+        )?;
+        (query, Some(gate))
     } else {
         (qg, None)
     };
-    b.launch(StepOp::host(AttnPrep {
-        model: model.clone(),
-        layer: li,
-        q,
-        split,
-        k,
-        positions: step.positions,
-    }))?;
+    b.launch(
+        OpDesc::QkNormRope {
+            q,
+            k,
+            positions: step.positions,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            norms: Some((lw(li, L::QNorm), lw(li, L::KNorm))),
+            eps: c.rms_eps,
+            rope: model.rope.clone(),
+        }
+        .into(),
+    )?;
     let shape = AttnShape {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -225,8 +250,8 @@ fn record_full(
         scale: 1.0 / (c.head_dim as f32).sqrt(),
     };
     let attn = store_and_attend(b, step, kv, (k_cache, v_cache), [q, k, v], shape)?;
-    if let Some((_, gate)) = split {
-        b.launch(StepOp::host(SigmoidGate { attn, gate }))?;
+    if let Some(gate) = gate {
+        b.launch(OpDesc::SigmoidMul { x: attn, gate }.into())?;
     }
     let dt = [a.wo.activation_dtype()];
     let [o] = project(b, [(lw(li, L::Wo), None)], attn, n, qw, dt, [n * h])?;

@@ -11,9 +11,7 @@
 mod buffers;
 mod dense;
 mod forward;
-mod gdn_op;
 mod hybrid;
-mod hybrid_ops;
 mod moe_op;
 mod states;
 mod weights;

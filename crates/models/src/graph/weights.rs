@@ -9,7 +9,7 @@ use crate::hybrid::{HybridModel, Mixer, Mlp};
 use crate::LlamaModel;
 
 /// Every per-layer role, in a fixed order.
-const LAYER_ROLES: [L; 17] = [
+const LAYER_ROLES: [L; 21] = [
     L::AttnNorm,
     L::Wq,
     L::Wk,
@@ -27,6 +27,10 @@ const LAYER_ROLES: [L; 17] = [
     L::LinearInProj,
     L::LinearInProjBa,
     L::LinearOutProj,
+    L::LinearConv,
+    L::LinearNegA,
+    L::LinearDtBias,
+    L::LinearNorm,
 ];
 
 /// Calls `visit` with every id of a model of `layers` layers that `source` holds.
@@ -93,9 +97,9 @@ impl WeightSource for LlamaModel {
     }
 }
 
-/// The hybrids' described weights: embeddings, norms, head, and the projections of their dense
-/// ops. The Gated DeltaNet core, gated attention's q/k norms and the MoE experts are read by
-/// their host ops.
+/// The hybrids' described weights: embeddings, norms, head, the projections, the gated
+/// attention's q/k norms and the Gated DeltaNet cores' small weights. The MoE experts are read
+/// by their host op.
 impl WeightSource for HybridModel {
     fn visit_weights(&self, visit: &mut dyn FnMut(WeightId, HostWeight<'_>)) {
         visit_all(self, self.layers.len(), visit)
@@ -129,9 +133,15 @@ impl WeightSource for HybridModel {
             WeightId::Embeddings | WeightId::OutputHead => return None,
             WeightId::Layer(l, role) => (self.layers.get(l as usize)?, role),
         };
-        match role {
-            L::AttnNorm => Some(&layer.input_norm),
-            L::FfnNorm => Some(&layer.post_norm),
+        match (&layer.mixer, role) {
+            (_, L::AttnNorm) => Some(&layer.input_norm),
+            (_, L::FfnNorm) => Some(&layer.post_norm),
+            (Mixer::Full(a), L::QNorm) => Some(&a.q_norm),
+            (Mixer::Full(a), L::KNorm) => Some(&a.k_norm),
+            (Mixer::Linear(g), L::LinearConv) => Some(&g.conv),
+            (Mixer::Linear(g), L::LinearNegA) => Some(&g.neg_a),
+            (Mixer::Linear(g), L::LinearDtBias) => Some(&g.dt_bias),
+            (Mixer::Linear(g), L::LinearNorm) => Some(&g.norm),
             _ => None,
         }
     }

@@ -19,36 +19,8 @@ pub enum LayerKind {
     Full,
 }
 
-/// Shape of the Gated DeltaNet layers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LinearAttnConfig {
-    pub conv_kernel: usize,
-    pub n_k_heads: usize,
-    pub n_v_heads: usize,
-    pub k_dim: usize,
-    pub v_dim: usize,
-}
-
-impl LinearAttnConfig {
-    pub fn key_width(&self) -> usize {
-        self.n_k_heads * self.k_dim
-    }
-    pub fn value_width(&self) -> usize {
-        self.n_v_heads * self.v_dim
-    }
-    /// Channels of the depthwise convolution: q, k and v.
-    pub fn conv_dim(&self) -> usize {
-        2 * self.key_width() + self.value_width()
-    }
-    /// Floats of one sequence's recurrent matrices (one `k_dim x v_dim` per value head).
-    pub fn recurrent_len(&self) -> usize {
-        self.n_v_heads * self.k_dim * self.v_dim
-    }
-    /// Floats of one sequence's conv state (the last `conv_kernel - 1` inputs).
-    pub fn conv_state_len(&self) -> usize {
-        self.conv_dim() * (self.conv_kernel - 1)
-    }
-}
+/// Shape of the Gated DeltaNet layers (the kernel's own shape type).
+pub type LinearAttnConfig = oxllm_kernels::gdn::GdnShape;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeConfig {

@@ -3,7 +3,6 @@
 //! Qwen3-MoE (Qwen3 attention, MoE MLPs), from Hugging Face directories.
 
 mod config;
-pub mod delta_rule;
 mod gated_attention;
 pub(crate) mod gated_delta_net;
 mod load;
@@ -13,8 +12,9 @@ pub(crate) mod state_io;
 
 pub use config::{hybrid_arch, HybridConfig, LayerKind, LinearAttnConfig, MoeConfig};
 pub use gated_attention::GatedAttention;
-pub use gated_delta_net::{DeltaRule, GatedDeltaNet};
+pub use gated_delta_net::GatedDeltaNet;
 pub use load::load_hybrid;
 pub use model::{HybridLayer, HybridModel, Mixer, Mlp};
 pub use moe::{route, route_into, DenseMlp, MoeMlp};
+pub use oxllm_kernels::gdn::DeltaRule;
 pub use state_io::validate_slots as validate_state_slots;

@@ -11,8 +11,9 @@ use oxllm_kernels::ops::Rope;
 
 use super::config::HybridConfig;
 use super::gated_attention::GatedAttention;
-use super::gated_delta_net::{DeltaRule, GatedDeltaNet};
+use super::gated_delta_net::GatedDeltaNet;
 use super::moe::{DenseMlp, MoeMlp};
+use oxllm_kernels::gdn::DeltaRule;
 
 pub enum Mixer {
     Linear(GatedDeltaNet),
