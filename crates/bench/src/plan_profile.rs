@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use oxllm_models::graph::{record_dense_forward, KvBuffers, StepBuffers};
 use oxllm_models::load_model;
-use oxllm_runtime::{Backend, BufKind, CpuBackend, OpProfile, StepOp};
-use oxllm_sample::plan_op::{SampleOp, SampleRows};
+use oxllm_runtime::{Backend, BufKind, CpuBackend, OpDesc, OpProfile};
+use oxllm_sample::sample_rows::SampleRows;
 
 use crate::error::BenchError;
 
@@ -55,13 +55,16 @@ pub fn profile_decode_replay(
         .ok_or_else(|| BenchError::Config("batch too large".into()))?;
     let record = |b: &mut CpuBackend| -> Result<(), BenchError> {
         let logits = record_dense_forward(b, &model, &view, &kv).map_err(|e| err(&e))?;
-        b.launch(StepOp::host(SampleOp {
-            logits,
-            rows,
-            token_ids: ids,
-            mask: None,
-            vocab: c.vocab_size,
-        }))
+        b.launch(
+            OpDesc::Sample {
+                logits,
+                rows,
+                token_ids: ids,
+                mask: None,
+                vocab: c.vocab_size,
+            }
+            .into(),
+        )
         .map_err(|e| err(&e))?;
         Ok(())
     };

@@ -11,8 +11,8 @@ use oxllm_kernels::pool::ThreadPool;
 use oxllm_runtime::arena::{Arena, OpRunner};
 use oxllm_runtime::kernels::{FAST, WARM};
 use oxllm_runtime::{
-    Backend, BufKind, BufRef, ExecCtx, Memory, Op, OpDesc, OpProfile, Plan, RuntimeError, StepOp,
-    WeightSource,
+    run_on_host, Backend, BufKind, BufRef, ExecCtx, Memory, OpDesc, OpProfile, Plan, RuntimeError,
+    StepOp, WeightSource,
 };
 
 use crate::cuda_gpu::CudaGpu;
@@ -108,7 +108,7 @@ struct DeviceRunner<'a, G> {
 /// a host op meant for the device is refused by name, before anything runs.
 enum Placement<'a> {
     Device(&'a OpDesc),
-    Host(&'a dyn Op),
+    Host(&'a StepOp),
 }
 
 /// Whether this backend has kernels for `d`: every variant is listed, so a new one is a
@@ -128,18 +128,20 @@ fn has_device_kernel(d: &OpDesc) -> bool {
         OpDesc::RestoreStates { .. }
         | OpDesc::GatedDeltaNet(_)
         | OpDesc::SplitQueryGate { .. }
-        | OpDesc::SigmoidMul { .. } => false,
+        | OpDesc::SigmoidMul { .. }
+        | OpDesc::Sample { .. } => false,
     }
 }
 
 fn placement(op: &StepOp) -> Result<Placement<'_>, RuntimeError> {
     match op {
         StepOp::Desc(d) if has_device_kernel(d) => Ok(Placement::Device(d)),
+        StepOp::Desc(d) if d.host_only() => Ok(Placement::Host(op)),
         StepOp::Desc(d) => Err(RuntimeError::Unsupported {
             backend: "cuda",
             op: d.name(),
         }),
-        StepOp::Host(h) if h.host_only() => Ok(Placement::Host(h.as_ref())),
+        StepOp::Host(h) if h.host_only() => Ok(Placement::Host(op)),
         StepOp::Host(h) => Err(RuntimeError::Unsupported {
             backend: "cuda",
             op: h.name(),
@@ -158,7 +160,7 @@ fn buffers_of(op: &StepOp) -> Vec<BufRef> {
 fn run_host_op<G: Gpu>(
     dev: &mut Device<G>,
     pool: &ThreadPool,
-    op: &dyn Op,
+    op: &StepOp,
     mem: &Memory,
     warm: bool,
 ) -> Result<(), RuntimeError> {
@@ -172,14 +174,18 @@ fn run_host_op<G: Gpu>(
             }
         }
     }
-    let cx = ExecCtx {
-        pool,
-        kernels: if warm { &WARM } else { &FAST },
-    };
-    if warm {
-        op.warm(mem, &cx)
-    } else {
-        op.run(mem, &cx)
+    let kernels = if warm { &WARM } else { &FAST };
+    match op {
+        // Host-only descriptions read no weights (sampling).
+        StepOp::Desc(d) => run_on_host(d, mem, pool, kernels, None),
+        StepOp::Host(h) => {
+            let cx = ExecCtx { pool, kernels };
+            if warm {
+                h.warm(mem, &cx)
+            } else {
+                h.run(mem, &cx)
+            }
+        }
     }
 }
 

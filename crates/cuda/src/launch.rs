@@ -287,11 +287,12 @@ pub(crate) fn launch<G: Gpu>(
             ];
             dev.launch(op, "silu_mul", (blocks(n), 1), THREADS, &args)
         }
-        // Refused before launch (`backend::placement`); no device kernels yet.
+        // Refused (or, for sampling, run on the host) before launch (`backend::placement`).
         OpDesc::RestoreStates { .. }
         | OpDesc::GatedDeltaNet(_)
         | OpDesc::SplitQueryGate { .. }
-        | OpDesc::SigmoidMul { .. } => Err(RuntimeError::Unsupported {
+        | OpDesc::SigmoidMul { .. }
+        | OpDesc::Sample { .. } => Err(RuntimeError::Unsupported {
             backend: "cuda",
             op: desc.name(),
         }),

@@ -26,10 +26,10 @@ use oxllm_kernels::attention::AttnMetadata;
 use oxllm_models::graph::{record_forward, KvBuffers, StateBuffers, StepBuffers, StepView};
 use oxllm_models::{ForwardBatch, Model, ModelError, ModelKind};
 use oxllm_runtime::{
-    Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpProfile, Plan, ReferenceBackend, StepOp,
+    Backend, BufKind, BufRef, CpuBackend, CpuOptions, OpDesc, OpProfile, Plan, ReferenceBackend,
 };
 use oxllm_sample::mask_gate::MaskGate;
-use oxllm_sample::plan_op::{mask_words, SampleOp, SampleRows};
+use oxllm_sample::sample_rows::{mask_words, SampleRows};
 use oxllm_sample::{SampleError, Sampled, Sampler, ScoredToken};
 use oxllm_sched::{BatchArrays, SchedulerOutput};
 
@@ -225,13 +225,16 @@ impl ModelRunner {
     fn record(&mut self, view: &StepView) -> Result<(), ModelError> {
         let b = self.backend.as_mut();
         let logits = record_forward(b, &self.model, view, &self.kv, self.states.as_ref())?;
-        self.backend.launch(StepOp::host(SampleOp {
-            logits,
-            rows: self.sample_rows,
-            token_ids: self.sampled_ids.prefix(view.logits()),
-            mask: Some(self.token_masks),
-            vocab: self.vocab,
-        }))?;
+        self.backend.launch(
+            OpDesc::Sample {
+                logits,
+                rows: self.sample_rows,
+                token_ids: self.sampled_ids.prefix(view.logits()),
+                mask: Some(self.token_masks),
+                vocab: self.vocab,
+            }
+            .into(),
+        )?;
         Ok(())
     }
 

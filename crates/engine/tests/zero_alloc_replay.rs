@@ -11,8 +11,8 @@ use oxllm_models::graph::{
     record_dense_forward, record_hybrid_forward, KvBuffers, StateBuffers, StepBuffers,
 };
 use oxllm_models::load_model;
-use oxllm_runtime::{Backend, BufKind, CpuBackend, StepOp};
-use oxllm_sample::plan_op::{SampleOp, SampleRows};
+use oxllm_runtime::{Backend, BufKind, CpuBackend, OpDesc};
+use oxllm_sample::sample_rows::SampleRows;
 use oxllm_sample::{Sampler, SamplingParams};
 
 struct Counting;
@@ -99,13 +99,16 @@ fn replaying_a_captured_decode_plan_allocates_nothing() {
     let view = inputs.view(seqs, seqs, seqs).unwrap();
     let record = |b: &mut CpuBackend| {
         let logits = record_dense_forward(b, &model, &view, &kv).unwrap();
-        b.launch(StepOp::host(SampleOp {
-            logits,
-            rows,
-            token_ids: ids,
-            mask: None,
-            vocab: model.config.vocab_size,
-        }))
+        b.launch(
+            OpDesc::Sample {
+                logits,
+                rows,
+                token_ids: ids,
+                mask: None,
+                vocab: model.config.vocab_size,
+            }
+            .into(),
+        )
         .unwrap();
     };
     b.warm_step().unwrap();
@@ -213,13 +216,16 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
     let vocab = c.vocab_size;
     let record = |b: &mut CpuBackend| {
         let logits = record_hybrid_forward(b, &model, &view, &kv, &states).unwrap();
-        b.launch(StepOp::host(SampleOp {
-            logits,
-            rows,
-            token_ids: ids,
-            mask: None,
-            vocab,
-        }))
+        b.launch(
+            OpDesc::Sample {
+                logits,
+                rows,
+                token_ids: ids,
+                mask: None,
+                vocab,
+            }
+            .into(),
+        )
         .unwrap();
     };
     b.warm_step().unwrap();

@@ -218,6 +218,18 @@ pub enum OpDesc {
     },
     /// `x *= sigmoid(gate)`.
     SigmoidMul { x: BufRef, gate: BufRef },
+    /// Row `r` of `logits` (`[rows, vocab]`) sampled with the per-row state of the host buffer
+    /// `rows` (`oxllm_sample::sample_rows::SampleRows`: each request's own sampler, penalties'
+    /// token ids, scoring) into `token_ids[r]`; rows flagged `masked` first have the tokens
+    /// their `mask` words (`ceil(vocab / 32)` a row) clear set to `-inf`. The state is the
+    /// requests' own, so every backend runs this op on the host ([`OpDesc::host_only`]).
+    Sample {
+        logits: BufRef,
+        rows: BufRef,
+        token_ids: BufRef,
+        mask: Option<BufRef>,
+        vocab: usize,
+    },
 }
 
 impl OpDesc {
@@ -238,7 +250,14 @@ impl OpDesc {
             OpDesc::GatedDeltaNet(_) => "gated_delta_net",
             OpDesc::SplitQueryGate { .. } => "split_query_gate",
             OpDesc::SigmoidMul { .. } => "sigmoid_gate",
+            OpDesc::Sample { .. } => "sample",
         }
+    }
+
+    /// Whether the op reads host state whatever the backend (sampling with the requests' own
+    /// samplers): a device backend runs it on its host copies after its device work.
+    pub fn host_only(&self) -> bool {
+        matches!(self, OpDesc::Sample { .. })
     }
 
     /// Calls `visit` with every buffer the op reads or writes.
@@ -324,6 +343,16 @@ impl OpDesc {
                 src, query, gate, ..
             } => [*src, *query, *gate].into_iter().for_each(visit),
             OpDesc::SigmoidMul { x, gate } => [*x, *gate].into_iter().for_each(visit),
+            OpDesc::Sample {
+                logits,
+                rows,
+                token_ids,
+                mask,
+                ..
+            } => [*logits, *rows, *token_ids]
+                .into_iter()
+                .chain(*mask)
+                .for_each(visit),
         }
     }
 }

@@ -13,8 +13,26 @@ use oxllm_kernels::gdn::{GdnInputs, GdnWeights};
 use oxllm_kernels::matmul::{add_bias, QMatrix};
 use oxllm_kernels::ops;
 use oxllm_kernels::pool::{for_parts_mut, ThreadPool};
+use oxllm_sample::sample_rows::SampleRows;
 
 use crate::{BufKind, Kernels, MatmulJob, Memory, OpDesc, RuntimeError, WeightId, WeightSource};
+
+/// Runs `desc` on the host with `kernels` on `pool` (what a device backend does with the ops it
+/// runs on its host copies, [`OpDesc::host_only`]).
+pub fn run_on_host(
+    desc: &OpDesc,
+    mem: &Memory,
+    pool: &ThreadPool,
+    kernels: &'static Kernels,
+    weights: Option<&dyn WeightSource>,
+) -> Result<(), RuntimeError> {
+    HostExec {
+        pool,
+        kernels,
+        weights,
+    }
+    .run(desc, mem)
+}
 
 /// What a host backend runs an op description with.
 pub(crate) struct HostExec<'a> {
@@ -317,6 +335,20 @@ impl HostExec<'_> {
                     q.copy_from_slice(&s[..hd]);
                     g.copy_from_slice(&s[hd..]);
                 }
+            }
+            OpDesc::Sample {
+                logits,
+                rows,
+                token_ids,
+                mask,
+                vocab,
+            } => {
+                let mut logits = mem.f32_mut(name, *logits)?;
+                let mut rows = mem.host_mut::<SampleRows>(name, *rows)?;
+                let mut ids = mem.u32_mut(name, *token_ids)?;
+                let mask = mask.map(|m| mem.u32(name, m)).transpose()?;
+                let mask: &[u32] = mask.as_deref().unwrap_or(&[]);
+                (k.sample)(pool, &mut logits, &mut rows, &mut ids, mask, *vocab);
             }
             OpDesc::SigmoidMul { x, gate } => {
                 let gate = mem.f32(name, *gate)?;

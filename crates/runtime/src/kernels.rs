@@ -22,6 +22,7 @@ use oxllm_kernels::matmul::{
 };
 use oxllm_kernels::pool::ThreadPool;
 use oxllm_kernels::quant::QuantError;
+use oxllm_sample::sample_rows::{sample_rows, warm_sample_rows, SampleRows};
 
 /// `out = acts · Wᵀ` for each job, in one dispatch.
 pub type MatmulFn =
@@ -46,6 +47,9 @@ pub type GdnFn = fn(
     &mut [f32],
     &mut [f32],
 ) -> Result<(), GdnError>;
+/// Samples each logits row with its row state into a token id (logits, rows, ids, mask words,
+/// vocab).
+pub type SampleFn = fn(&ThreadPool, &mut [f32], &mut SampleRows, &mut [u32], &[u32], usize);
 /// Copies checkpoint slots into running slots in one state buffer (`len` floats a slot).
 pub type RestoreFn = fn(&mut [f32], usize, &[u32], &[i32]) -> Result<(), GdnError>;
 
@@ -60,6 +64,7 @@ pub struct Kernels {
     pub store_kv_f16: StoreKvFn<f16>,
     pub gated_delta_net: GdnFn,
     pub restore_states: RestoreFn,
+    pub sample: SampleFn,
 }
 
 pub static FAST: Kernels = Kernels {
@@ -72,6 +77,7 @@ pub static FAST: Kernels = Kernels {
     store_kv_f16: store_kv::<f16>,
     gated_delta_net,
     restore_states: restore_state_slots,
+    sample: sample_rows,
 };
 
 pub static WARM: Kernels = Kernels {
@@ -81,6 +87,7 @@ pub static WARM: Kernels = Kernels {
     store_kv_f16: store_nothing::<f16>,
     gated_delta_net: advance_nothing,
     restore_states: restore_nothing,
+    sample: warm_sample_rows,
     ..FAST
 };
 
@@ -94,6 +101,7 @@ pub static REFERENCE: Kernels = Kernels {
     store_kv_f16: store_kv::<f16>,
     gated_delta_net,
     restore_states: restore_state_slots,
+    sample: sample_rows,
 };
 
 /// A warm step runs on whatever its inputs hold: it must not touch the K/V cache.

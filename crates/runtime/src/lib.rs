@@ -2,7 +2,7 @@
 //!
 //! A model's forward is a sequence of [`StepOp`]s over [`BufRef`] buffers, launched on a
 //! [`Backend`]: ops as data ([`OpDesc`], weights named by [`WeightId`]) that each backend runs
-//! with its own kernels, and a few host ops ([`Op`]: sampling, the mixture-of-experts MLP). Run eagerly, each op executes at once on buffers allocated for that step. Between
+//! with its own kernels, and one host op ([`Op`]: the mixture-of-experts MLP, not described yet). Run eagerly, each op executes at once on buffers allocated for that step. Between
 //! [`Backend::begin_capture`] and [`Backend::end_capture`] the same launches are recorded into a
 //! [`Plan`] instead, which [`Backend::replay`] reruns on the same buffers. Inside a capture:
 //! - no buffer is allocated: every step-local buffer comes from a pool warmed by
@@ -33,6 +33,7 @@ pub use buffer::{BufKind, BufRef, Buffer, Memory};
 pub use cpu::{CpuBackend, CpuOptions};
 pub use desc::{GdnDesc, HostWeight, LayerWeight, MatmulJob, OpDesc, WeightId, WeightSource};
 pub use error::RuntimeError;
+pub use host_exec::run_on_host;
 pub use kernels::Kernels;
 pub use op::{ExecCtx, Op, OpProfile};
 pub use reference::ReferenceBackend;

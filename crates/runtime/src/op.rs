@@ -1,5 +1,5 @@
-//! Host ops: steps of a forward the host runs itself, whatever the backend (sampling), or that
-//! have no [`crate::OpDesc`] yet (the mixture-of-experts MLP). Everything else a step launches is an
+//! Host ops: steps of a forward that have no [`crate::OpDesc`] yet (the mixture-of-experts
+//! MLP). Everything else a step launches is an
 //! [`crate::OpDesc`], which each backend executes with its own kernels.
 
 use std::time::Duration;

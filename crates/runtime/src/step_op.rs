@@ -1,6 +1,6 @@
 //! What a step launches: an op described as data ([`OpDesc`]), which every backend runs with
-//! its own kernels, or a host op ([`Op`]): sampling with the requests' host state, and the
-//! mixture-of-experts MLP, which has no description yet (a device backend refuses those by name).
+//! its own kernels, or a host op ([`Op`]): the mixture-of-experts MLP, which has no description yet (a device
+//! backend refuses it by name).
 
 use crate::{BufRef, Op, OpDesc};
 

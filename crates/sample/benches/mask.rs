@@ -4,7 +4,7 @@
 //! Run: `cargo bench -p oxllm-sample --bench mask`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use oxllm_sample::plan_op::{apply_token_mask, mask_words};
+use oxllm_sample::sample_rows::{apply_token_mask, mask_words};
 use std::hint::black_box;
 use std::time::Duration;
 

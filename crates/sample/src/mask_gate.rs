@@ -4,8 +4,8 @@
 //! may compute a step's masks on a worker thread while the forward runs: it closes the gate,
 //! the worker fills the gate's rows ([`MaskGate::fill`]) and opens it when the fill is dropped
 //! (also when the worker panics, so the op never waits forever), and the sample op
-//! ([`crate::plan_op::SampleOp`]) waits for the gate to open before it reads a gated row
-//! ([`crate::plan_op::SampleRow::gate_row`]). The words live in the gate, allocated once, so
+//! ([`crate::sample_rows::sample_rows`]) waits for the gate to open before it reads a gated row
+//! ([`crate::sample_rows::SampleRow::gate_row`]). The words live in the gate, allocated once, so
 //! neither side allocates per step.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

@@ -367,13 +367,7 @@ mod tests {
 
     /// Runs `rows` rows as one sequence (starting it) in state slot `slot` of `slots`, plus
     /// `pad` padded rows of no sequence; returns (out, conv, rec).
-    fn run(
-        k: &Case,
-        rows: usize,
-        pad: usize,
-        slot: u32,
-        slots: usize,
-    ) -> Result<Run, GdnError> {
+    fn run(k: &Case, rows: usize, pad: usize, slot: u32, slots: usize) -> Result<Run, GdnError> {
         let c = SHAPE;
         let n = rows + pad;
         let w = GdnWeights {

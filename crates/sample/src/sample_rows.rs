@@ -1,11 +1,12 @@
-//! Sampling as an op of a captured plan, so a replay ends with token ids and no logits ever
-//! cross to the host.
+//! Sampling a step's logits rows, the kernel of the `sample` op description
+//! (`runtime::OpDesc::Sample`), so a plan's replay ends with token ids.
 //!
 //! Per-row sampling state lives in a host-prepared buffer ([`SampleRows`]) that the engine
 //! fills before a replay: each active row holds the request's own [`Sampler`] (moved in, moved
-//! back after) and, when a penalty needs them, copies of its prompt and output ids. The op runs
-//! the same [`Sampler::sample`] an eager step runs, so replay and eager draw identical tokens.
-//! Padded rows are inactive and produce [`NO_TOKEN`].
+//! back after) and, when a penalty needs them, copies of its prompt and output ids.
+//! [`sample_rows`] runs the same [`Sampler::sample`] an eager step runs, so replay and eager
+//! draw identical tokens, whatever the thread count. Padded rows are inactive and produce
+//! [`NO_TOKEN`].
 //!
 //! Prompt logprobs: a row that samples nothing may instead *score* a given token
 //! ([`SampleRow::score`]): the op writes its logprob, rank and top alternatives
@@ -23,8 +24,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use oxllm_kernels::pool::SharedMut;
-use oxllm_runtime::{BufRef, ExecCtx, Memory, Op, RuntimeError};
+use oxllm_kernels::pool::{SharedMut, ThreadPool};
 
 use crate::mask_gate::MaskGate;
 use crate::{
@@ -79,17 +79,6 @@ impl SampleRows {
     }
 }
 
-/// Samples row `r` of `logits` (`[rows, vocab]`) with `SampleRows.rows[r]` into `token_ids[r]`.
-pub struct SampleOp {
-    pub logits: BufRef,
-    pub rows: BufRef,
-    pub token_ids: BufRef,
-    /// Token masks, `ceil(vocab / 32)` words per row (see the module docs); `None` when the
-    /// plan samples no constrained rows.
-    pub mask: Option<BufRef>,
-    pub vocab: usize,
-}
-
 /// Words of a token mask over `vocab` tokens.
 pub fn mask_words(vocab: usize) -> usize {
     vocab.div_ceil(32)
@@ -123,113 +112,106 @@ pub fn apply_token_mask(logits: &mut [f32], mask: &[u32]) {
     }
 }
 
-impl Op for SampleOp {
-    fn name(&self) -> &'static str {
-        "sample"
-    }
-    fn host_only(&self) -> bool {
-        true
-    }
-    fn buffers(&self, visit: &mut dyn FnMut(BufRef)) {
-        for b in [self.logits, self.rows, self.token_ids] {
-            visit(b);
-        }
-        if let Some(m) = self.mask {
-            visit(m);
-        }
-    }
+/// Every thread of `pool` may sample a row in a replay: sizes their scratch for `vocab`
+/// logits, then samples like [`sample_rows`] (a warm step's sampling).
+pub fn warm_sample_rows(
+    pool: &ThreadPool,
+    logits: &mut [f32],
+    rows: &mut SampleRows,
+    ids: &mut [u32],
+    mask: &[u32],
+    vocab: usize,
+) {
+    let v = vocab.max(1);
+    pool.run(|_, _| crate::sampler::reserve_scratch(v));
+    sample_rows(pool, logits, rows, ids, mask, vocab)
+}
 
-    fn warm(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        // Every thread may sample a row in a replay: size their scratch now.
-        let vocab = self.vocab.max(1);
-        cx.pool.run(|_, _| crate::sampler::reserve_scratch(vocab));
-        self.run(mem, cx)
-    }
-
-    fn run(&self, mem: &Memory, cx: &ExecCtx<'_>) -> Result<(), RuntimeError> {
-        let name = self.name();
-        let mut logits = mem.f32_mut(name, self.logits)?;
-        let mut rows = mem.host_mut::<SampleRows>(name, self.rows)?;
-        let mut ids = mem.u32_mut(name, self.token_ids)?;
-        let vocab = self.vocab.max(1);
-        let words = mask_words(vocab);
-        let mask = self.mask.map(|m| mem.u32(name, m)).transpose()?;
-        let mask: &[u32] = mask.as_deref().unwrap_or(&[]);
-        let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
-        let gated = rows.rows[..n]
-            .iter()
-            .any(|r| r.active && r.gate_row.is_some());
-        let gate = rows.gate.clone().filter(|_| gated);
-        let view = gate.as_deref().map(MaskGate::wait);
-        let (gate_words, gate_width) = view.as_ref().map_or((&[][..], 0), |v| v.words());
-        let sample_row = |i: usize, row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
-            if !row.active {
-                *id = NO_TOKEN;
-                row.result = None;
-                row.scored = row
-                    .score
-                    .map(|(token, top)| score_token(row_logits, token, top));
-                return;
-            }
-            let bits = match row.gate_row {
-                Some(g) => Some(gate_words.get(g * gate_width..(g + 1) * gate_width)),
-                None => row.masked.then(|| mask.get(i * words..(i + 1) * words)),
-            };
-            if let Some(bits) = bits {
-                match bits {
-                    Some(bits) => apply_token_mask(row_logits, bits),
-                    None => {
-                        // A masked row without mask words would sample unconstrained.
-                        *id = NO_TOKEN;
-                        row.result = Some(Err(SampleError::MissingMask));
-                        return;
-                    }
+/// Samples row `r` of `logits` (`[rows, vocab]`) with `rows.rows[r]` into `ids[r]`; `mask`
+/// holds [`mask_words`]`(vocab)` words per row for rows flagged `masked`.
+pub fn sample_rows(
+    pool: &ThreadPool,
+    logits: &mut [f32],
+    rows: &mut SampleRows,
+    ids: &mut [u32],
+    mask: &[u32],
+    vocab: usize,
+) {
+    let vocab = vocab.max(1);
+    let words = mask_words(vocab);
+    let n = rows.rows.len().min(ids.len()).min(logits.len() / vocab);
+    let gated = rows.rows[..n]
+        .iter()
+        .any(|r| r.active && r.gate_row.is_some());
+    let gate = rows.gate.clone().filter(|_| gated);
+    let view = gate.as_deref().map(MaskGate::wait);
+    let (gate_words, gate_width) = view.as_ref().map_or((&[][..], 0), |v| v.words());
+    let sample_row = |i: usize, row: &mut SampleRow, id: &mut u32, row_logits: &mut [f32]| {
+        if !row.active {
+            *id = NO_TOKEN;
+            row.result = None;
+            row.scored = row
+                .score
+                .map(|(token, top)| score_token(row_logits, token, top));
+            return;
+        }
+        let bits = match row.gate_row {
+            Some(g) => Some(gate_words.get(g * gate_width..(g + 1) * gate_width)),
+            None => row.masked.then(|| mask.get(i * words..(i + 1) * words)),
+        };
+        if let Some(bits) = bits {
+            match bits {
+                Some(bits) => apply_token_mask(row_logits, bits),
+                None => {
+                    // A masked row without mask words would sample unconstrained.
+                    *id = NO_TOKEN;
+                    row.result = Some(Err(SampleError::MissingMask));
+                    return;
                 }
             }
-            let result = row.sampler.sample(row_logits, &row.prompt, &row.output);
-            *id = result.as_ref().map_or(NO_TOKEN, |s| s.token);
-            row.result = Some(result);
-        };
-        let active = rows.rows[..n]
-            .iter()
-            .filter(|r| r.active || r.score.is_some())
-            .count();
-        if cx.pool.n_threads() <= 1 || active <= 1 {
-            for (i, ((row, id), row_logits)) in rows.rows[..n]
-                .iter_mut()
-                .zip(ids.iter_mut())
-                .zip(logits.chunks_exact_mut(vocab))
-                .enumerate()
-            {
-                sample_row(i, row, id, row_logits);
-            }
-            return Ok(());
         }
-        // Rows are independent (each has its own sampler and RNG), so they spread over the
-        // pool; a row's draw does not depend on which thread takes it.
-        let (rows_p, ids_p) = (
-            SharedMut::new(&mut rows.rows[..n]),
-            SharedMut::new(&mut ids[..n]),
-        );
-        let logits_p = SharedMut::new(&mut logits[..n * vocab]);
-        let next = AtomicUsize::new(0);
-        cx.pool.run_dynamic(|_, _| loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            // SAFETY: row i (its state, id and logits) is claimed by exactly one thread.
-            unsafe {
-                sample_row(
-                    i,
-                    &mut rows_p.slice(i, 1)[0],
-                    &mut ids_p.slice(i, 1)[0],
-                    logits_p.slice(i * vocab, vocab),
-                )
-            };
-        });
-        Ok(())
+        let result = row.sampler.sample(row_logits, &row.prompt, &row.output);
+        *id = result.as_ref().map_or(NO_TOKEN, |s| s.token);
+        row.result = Some(result);
+    };
+    let active = rows.rows[..n]
+        .iter()
+        .filter(|r| r.active || r.score.is_some())
+        .count();
+    if pool.n_threads() <= 1 || active <= 1 {
+        for (i, ((row, id), row_logits)) in rows.rows[..n]
+            .iter_mut()
+            .zip(ids.iter_mut())
+            .zip(logits.chunks_exact_mut(vocab))
+            .enumerate()
+        {
+            sample_row(i, row, id, row_logits);
+        }
+        return;
     }
+    // Rows are independent (each has its own sampler and RNG), so they spread over the pool;
+    // a row's draw does not depend on which thread takes it.
+    let (rows_p, ids_p) = (
+        SharedMut::new(&mut rows.rows[..n]),
+        SharedMut::new(&mut ids[..n]),
+    );
+    let logits_p = SharedMut::new(&mut logits[..n * vocab]);
+    let next = AtomicUsize::new(0);
+    pool.run_dynamic(|_, _| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        // SAFETY: row i (its state, id and logits) is claimed by exactly one thread.
+        unsafe {
+            sample_row(
+                i,
+                &mut rows_p.slice(i, 1)[0],
+                &mut ids_p.slice(i, 1)[0],
+                logits_p.slice(i * vocab, vocab),
+            )
+        };
+    });
 }
 
 #[cfg(test)]
