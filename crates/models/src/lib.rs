@@ -14,6 +14,8 @@
 //! per-sequence recurrent state held in backend buffers (`hybrid`, `graph::StateBuffers`).
 //! `Model` fronts them all.
 
+#![forbid(unsafe_code)]
+
 mod batch;
 mod config;
 mod error;
