@@ -1,8 +1,11 @@
 //! paged_attention: a 512-token prefill and a decode step at context 512 with SmolLM2's shape
 //! (9 heads, 3 kv heads, head_dim 64, block size 16), the tiled AVX2 path against the scalar
 //! path and the tiled path over an f16 cache, 2 threads; then the softmax of one score row (context 192) and the SiLU gate of a
-//! batch-16 MLP (16 x 1536), vector `exp` against the scalar libm references. Run:
-//! `cargo bench -p oxllm-kernels --bench attention`.
+//! batch-16 MLP (16 x 1536), vector `exp` against the scalar libm references; and a batch-16
+//! decode step's attention at context 192 over 30 layers' f16 caches with shuffled blocks
+//! (about 71 MB, more than a core's L2, as in the engine; `-- decode_b16`). Run:
+//! `cargo bench -p oxllm-kernels --bench attention` (with `OXLLM_ISA=avx2` for the path of
+//! CPUs without AVX-512).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use oxllm_kernels::attention::{
@@ -112,5 +115,61 @@ fn bench_exp_ops(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_exp_ops);
+/// Attention of a batch-16 decode step at context 192: 30 layers, each with its own f16 K/V
+/// cache, every sequence's blocks shuffled over the pool (the shape of
+/// `examples/attention_b16_best.rs`, which times the same step on one thread).
+fn bench_decode_b16(c: &mut Criterion) {
+    const LAYERS: usize = 30;
+    let pool = ThreadPool::new(2);
+    let shape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    let (qw, kw, bs, ctx, batch) = (9 * 64, 3 * 64, 16, 192usize, 16usize);
+    let per_seq = ctx / bs;
+    let n_blocks = batch * per_seq;
+    // A fixed shuffle (multiplication by a unit mod n_blocks).
+    let table: Vec<u32> = (0..n_blocks).map(|i| (i * 97 % n_blocks) as u32).collect();
+    let slots: Vec<i32> = (0..batch * ctx)
+        .map(|t| (table[t / bs] as usize * bs + t % bs) as i32)
+        .collect();
+    let val = |i: usize, m: usize| ((i * m % 61) as f32 - 30.0) * 0.01;
+    let caches: Vec<(Vec<half::f16>, Vec<half::f16>)> = (0..LAYERS)
+        .map(|l| {
+            let k: Vec<f32> = (0..batch * ctx * kw).map(|i| val(i + l, 7)).collect();
+            let v: Vec<f32> = (0..batch * ctx * kw).map(|i| val(i + l, 11)).collect();
+            let mut kc = vec![half::f16::ZERO; n_blocks * bs * kw];
+            let mut vc = vec![half::f16::ZERO; n_blocks * bs * kw];
+            store_kv(&mut kc, &mut vc, &slots, &k, &v, kw);
+            (kc, vc)
+        })
+        .collect();
+    let q: Vec<f32> = (0..batch * qw).map(|i| val(i, 13)).collect();
+    let qsl: Vec<u32> = (0..=batch as u32).collect();
+    let lens = vec![ctx as u32; batch];
+    let meta = AttnMetadata {
+        query_start_loc: &qsl,
+        seq_lens: &lens,
+        block_tables: &table,
+        block_table_stride: per_seq,
+        block_size: bs,
+    };
+    let mut out = vec![0f32; q.len()];
+    let mut g = c.benchmark_group("attention");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20);
+    g.bench_function("tiled_f16/decode_b16_ctx192_30layers", |b| {
+        b.iter(|| {
+            for (kc, vc) in &caches {
+                paged_attention(&pool, &q, kc, vc, &meta, shape, &mut out);
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_exp_ops, bench_decode_b16);
 criterion_main!(benches);

@@ -14,7 +14,8 @@
 //! None of these depend on which other queries share the tile or the batch, so results are
 //! batch invariant bit for bit.
 //!
-//! Half-float caches: query tiles widen each key or value block to f32 once for their queries;
+//! Half-float caches: query tiles widen each key or value block to f32 once for their queries,
+//! asking for the block after it into L2 while they widen ([`Tile::block`]);
 //! decode tiles on CPUs with AVX-512VL read the half floats in place instead
 //! ([`scores_direct`]: the same 256-bit operations, with enough registers to convert each chunk
 //! once for up to three heads; [`values_direct`]: 512-bit lanes, each running the same chain).
@@ -285,7 +286,7 @@ impl<E: KvElem> Tile<'_, E> {
                     }
                     continue;
                 }
-                let rows = self.block(self.k, p0, p1, wide);
+                let rows = self.block(false, p0, p1, wide);
                 for g in 0..self.groups {
                     let krow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
@@ -344,7 +345,7 @@ impl<E: KvElem> Tile<'_, E> {
                     }
                     continue;
                 }
-                let rows = self.block(self.v, p0, p1, wide);
+                let rows = self.block(true, p0, p1, wide);
                 for g in 0..self.groups {
                     let vrow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
@@ -398,6 +399,18 @@ impl<E: KvElem> Tile<'_, E> {
     #[inline(always)]
     unsafe fn prefetch_ahead(&self, p: usize, g: usize, values: bool) {
         unsafe {
+            // SAFETY: as `prefetch_span`'s.
+            self.prefetch_span::<_MM_HINT_T0>(p, values, g * self.head_dim, self.head_dim);
+        }
+    }
+
+    /// Asks for `len` values from `at` into the cache row [`KB`] rows after row `p`, in the
+    /// order tiles read rows (keys, then values; `values`: `p` is a value row), into the
+    /// cache level `HINT` names. A prefetch never faults; the address is computed in bounds
+    /// (`offs` was bounds-checked, and `at + len` is at most the tile's row width).
+    #[inline(always)]
+    unsafe fn prefetch_span<const HINT: i32>(&self, p: usize, values: bool, at: usize, len: usize) {
+        unsafe {
             // SAFETY: every operation below relies only on this fn's contract
             // (the CPU features it is compiled for; pointers and lengths inside
             // the buffers it is given), which its caller upholds.
@@ -411,24 +424,30 @@ impl<E: KvElem> Tile<'_, E> {
             if q >= ctx {
                 return;
             }
-            let start = cache.add(self.offs[q] + g * self.head_dim) as usize;
-            let end = start + self.head_dim * std::mem::size_of::<E>();
+            let start = cache.add(self.offs[q] + at) as usize;
+            let end = start + len * std::mem::size_of::<E>();
             let mut line = start & !63;
             while line < end {
-                _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+                _mm_prefetch::<HINT>(line as *const i8);
                 line += 64;
             }
         }
     }
 
-    /// Row `p` (in `p0..p1`) of one block of `cache` as f32 (the tile's `groups` KV heads,
-    /// `groups * head_dim` values): the cache row itself for an f32 cache; otherwise the block
-    /// is first widened into `wide` (exactly) and rows point there.
+    /// Row `p` (in `p0..p1`) of one block of the K (`values`: V) cache as f32 (the tile's
+    /// `groups` KV heads, `groups * head_dim` values): the cache row itself for an f32 cache;
+    /// otherwise the block is first widened into `wide` (exactly) and rows point there.
+    ///
+    /// While widening a row it asks for the row a block ahead (keys, then values), as the
+    /// direct tiles do, but into L2: at batch 16 the half-float cache of every sequence and
+    /// layer no longer fits a core's L2, the widening waited on each row's loads, and a
+    /// block's worth of L1 prefetches stalled on the line-fill buffers themselves
+    /// (AVX2, docs/BENCHMARKS.md sitting 11).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block(
         &self,
-        cache: *const E,
+        values: bool,
         p0: usize,
         p1: usize,
         wide: &mut [f32],
@@ -438,8 +457,10 @@ impl<E: KvElem> Tile<'_, E> {
             // (the CPU features it is compiled for; pointers and lengths inside
             // the buffers it is given), which its caller upholds.
             let rw = self.groups * self.head_dim;
+            let cache = if values { self.v } else { self.k };
             if !E::IS_F32 {
                 for p in p0..p1 {
+                    self.prefetch_span::<_MM_HINT_T1>(p, values, 0, rw);
                     let src = cache.add(self.offs[p]);
                     let dst = wide.as_mut_ptr().add((p - p0) * rw);
                     for d in (0..rw).step_by(8) {
