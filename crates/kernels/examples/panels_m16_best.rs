@@ -4,10 +4,13 @@
 //! not. Random weights (scales set to keep sums small), random activations; prints a checksum
 //! of the outputs so two builds can be checked to compute the same thing.
 //!
-//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M]`
+//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES]`
 //! (`head`: SmolLM2's Q8_0 49152x576 output head with 16-bit activations; q4_1 / q8_0
-//! 1536x576; k-quants 2048x768). Run it with `OXLLM_ISA=avx2` on AVX-512 hosts as well: the
-//! panels are packed the same way, and the AVX2 kernel is named explicitly.
+//! 1536x576; k-quants 2048x768; `q4_1:192x576` and the like name another shape). Run it with `OXLLM_ISA=avx2` on AVX-512 hosts as well: the
+//! panels are packed the same way, and the AVX2 kernel is named explicitly. With `COPIES`
+//! (default 1) an iteration runs the call on each of that many copies of the matrix in turn
+//! and the best iteration is divided by `COPIES`: with enough copies the weights no longer
+//! sit in the core's L2 between calls, as in a model's step, where every matrix is read once.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -20,7 +23,12 @@ use oxllm_kernels::quant::DType;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let shape = match args.first().map(String::as_str) {
+    // `NAME` or `NAME:NxK` (another shape of the same format).
+    let (name, dims) = match args.first().map(|a| a.split_once(':')) {
+        Some(Some((name, dims))) => (Some(name), Some(dims)),
+        _ => (args.first().map(String::as_str), None),
+    };
+    let shape = match name {
         Some("q4_1") => Some((DType::Q4_1, 1536, 576, false)),
         Some("q8_0") => Some((DType::Q8_0, 1536, 576, false)),
         Some("head") => Some((DType::Q8_0, 49152, 576, true)),
@@ -29,15 +37,29 @@ fn main() -> ExitCode {
         Some("q6_k") => Some((DType::Q6K, 2048, 768, false)),
         _ => None,
     };
+    let shape = match (shape, dims.map(|d| d.split_once('x'))) {
+        (s, None) => s,
+        (Some((dtype, ..)), Some(Some((n, k)))) => match (n.parse(), k.parse()) {
+            (Ok(n), Ok(k)) => Some((dtype, n, k, false)),
+            _ => None,
+        },
+        _ => None,
+    };
     let iters = args.get(1).and_then(|s| s.parse::<usize>().ok());
     let m = args.get(2).map_or(Some(16), |s| s.parse::<usize>().ok());
-    let (Some((dtype, n, k, head)), Some(iters), Some(m)) =
-        (shape, iters.filter(|&i| i > 0), m.filter(|&m| m > 0))
-    else {
-        eprintln!("usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] (ITERS, M > 0)");
+    let copies = args.get(3).map_or(Some(1), |s| s.parse::<usize>().ok());
+    let (Some((dtype, n, k, head)), Some(iters), Some(m), Some(copies)) = (
+        shape,
+        iters.filter(|&i| i > 0),
+        m.filter(|&m| m > 0),
+        copies.filter(|&c| c > 0),
+    ) else {
+        eprintln!(
+            "usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES] (all > 0)"
+        );
         return ExitCode::FAILURE;
     };
-    match run(dtype, (n, k, head), iters, m) {
+    match run(dtype, (n, k, head), iters, (m, copies)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("panels_m16_best: {e}");
@@ -50,7 +72,7 @@ fn run(
     dtype: DType,
     (n, k, head): (usize, usize, bool),
     iters: usize,
-    m: usize,
+    (m, copies): (usize, usize),
 ) -> Result<(), Box<dyn std::error::Error>> {
     let pool = ThreadPool::new(1);
     let mut state = 17u64;
@@ -76,13 +98,18 @@ fn run(
             }
         }
     }
-    let mut w = QMatrix::with_layout(dtype, n, k, bytes, WeightLayout::Panels)?;
-    if head {
-        w = w.with_f32_activations();
+    let mut ws = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        let mut w = QMatrix::with_layout(dtype, n, k, bytes.clone(), WeightLayout::Panels)?;
+        if head {
+            w = w.with_f32_activations();
+        }
+        if !w.is_panels() {
+            return Err("no panel kernel on this CPU".into());
+        }
+        ws.push(w);
     }
-    if !w.is_panels() {
-        return Err("no panel kernel on this CPU".into());
-    }
+    let w = &ws[0];
     let x: Vec<f32> = (0..m * k)
         .map(|_| next() as f32 / (1u64 << 31) as f32 - 0.5)
         .collect();
@@ -96,13 +123,15 @@ fn run(
     let mut best = f64::INFINITY;
     for _ in 0..iters {
         let t = Instant::now();
-        matmul_panels_with(PanelKernel::Avx2, &pool, &w, &acts, &mut out)?;
-        best = best.min(t.elapsed().as_secs_f64());
+        for w in &ws {
+            matmul_panels_with(PanelKernel::Avx2, &pool, w, &acts, &mut out)?;
+        }
+        best = best.min(t.elapsed().as_secs_f64() / copies as f64);
     }
     let macs = (m * n * k) as f64;
     let sum: f64 = out.iter().map(|&v| f64::from(v)).sum();
     println!(
-        "{dtype} {n}x{k} m={m}, 1 thread, AVX2 panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
+        "{dtype} {n}x{k} m={m}, {copies} copies, 1 thread, AVX2 panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
         best * 1e6,
         macs / best / 1e9
     );
