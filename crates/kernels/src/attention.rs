@@ -563,19 +563,23 @@ mod tests {
     }
 
     /// A query's bits do not depend on whether it runs as a decode row (whose half-float keys
-    /// and values are read in place where the CPU has AVX-512VL) or as the last row of a
-    /// prefill chunk (whose blocks are widened first): groups of 3 and 4 heads, head sizes 64
-    /// and 128, contexts that end inside a key block.
+    /// and values are read in place: with AVX-512VL's registers natively, with AVX2's under
+    /// `OXLLM_ISA=avx2`) or as the last row of a prefill chunk (whose blocks are widened
+    /// first): groups of 2, 3 and 4 heads, head sizes 24 to 128, contexts that end inside a
+    /// key block.
     #[test]
     fn decode_rows_match_the_same_query_in_a_prefill_chunk() {
         for (n_heads, n_kv_heads, head_dim, len) in
-            // Head sizes 72 and 24: the value pass ends with an 8-lane chunk.
+            // Head sizes 72 and 24: the value pass ends with an 8-lane chunk. Groups of 3, 4
+            // (3 + 1 heads in place) and 2 heads; head sizes of 3, 5, 8, 9 and 16 chunks (the
+            // AVX2 in-place pass takes 3 chunks at a time).
             [
                 (9, 3, 64, 45),
                 (8, 2, 128, 70),
                 (6, 2, 64, 33),
                 (6, 2, 72, 40),
                 (4, 1, 24, 37),
+                (4, 2, 40, 29),
             ]
         {
             let shape = AttnShape {

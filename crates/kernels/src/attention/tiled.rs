@@ -16,13 +16,15 @@
 //!
 //! Half-float caches: query tiles widen each key or value block to f32 once for their queries,
 //! asking for the block after it into L2 while they widen ([`Tile::block`]);
-//! decode tiles on CPUs with AVX-512VL read the half floats in place instead
+//! decode tiles read the half floats in place instead: on CPUs with AVX-512VL
 //! ([`scores_direct`]: the same 256-bit operations, with enough registers to convert each chunk
-//! once for up to three heads; [`values_direct`]: 512-bit lanes, each running the same chain).
-//! A decode row at batch 16 was mostly waiting on the widening's loads and stores. While a
-//! direct tile computes on one cache row it asks for the row a block ahead ([`KB`] rows, keys
-//! then values), a few lines per key: one burst per block filled the line-fill buffers and
-//! stalled the arithmetic behind it.
+//! once for up to three heads and four keys; [`values_direct`]: 512-bit lanes, each running
+//! the same chain), elsewhere with AVX2's 16 registers ([`direct_avx2`]: three keys, three
+//! value chunks at a time). A decode row at batch 16 was mostly waiting on the widening's
+//! loads and stores. While a direct tile computes on one cache row it asks for the row a
+//! block ahead ([`KB`] rows, keys then values; into L1 with AVX-512, into L2 with AVX2), a
+//! few lines per key: one burst per block filled the line-fill buffers and stalled the
+//! arithmetic behind it.
 
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +33,8 @@ use super::{AttnMetadata, AttnShape, KvElem};
 use crate::ops::softmax_in_place;
 use crate::pool::{SharedMut, ThreadPool};
 use crate::scratch::Scratch;
+
+mod direct_avx2;
 
 /// Queries per tile.
 const QT: usize = 8;
@@ -148,7 +152,11 @@ fn tiled_items<E: KvElem>(
         return;
     }
     assert!(max_len <= cap, "a sequence is longer than its block table");
-    let direct = !E::IS_F32 && direct_available();
+    let direct = match (E::IS_F32, direct_available()) {
+        (true, _) => Direct::No,
+        (false, true) => Direct::Avx512,
+        (false, false) => Direct::Avx2,
+    };
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
@@ -226,7 +234,7 @@ fn tiled_items<E: KvElem>(
                     k: k_cache.as_ptr(),
                     v: v_cache.as_ptr(),
                     stride: max_len,
-                    direct: direct && step == 0,
+                    direct: if step == 0 { direct } else { Direct::No },
                 };
                 // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
                 // query/output rows hold head_dim floats, scores hold nq * max_len floats.
@@ -251,8 +259,19 @@ struct Tile<'a, E> {
     k: *const E,
     v: *const E,
     stride: usize,
-    /// Decode heads over a half-float cache read in place (`direct`), not widened first.
-    direct: bool,
+    /// Decode heads over a half-float cache read in place, not widened first: how.
+    direct: Direct,
+}
+
+/// How a tile reads a half-float cache.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direct {
+    /// Blocks widened to f32 first (f32 caches, query tiles).
+    No,
+    /// In place, 16 registers ([`direct_avx2`]).
+    Avx2,
+    /// In place, the 32 registers of AVX-512VL ([`scores_direct`], [`values_direct`]).
+    Avx512,
 }
 
 impl<E: KvElem> Tile<'_, E> {
@@ -275,13 +294,17 @@ impl<E: KvElem> Tile<'_, E> {
             // Scores, one block of keys at a time.
             for p0 in (0..ctx_max).step_by(KB) {
                 let p1 = (p0 + KB).min(ctx_max);
-                if self.direct {
+                if self.direct != Direct::No {
                     let pe = p1.min(self.first_ctx);
                     for g in 0..self.groups {
                         for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
                             let heads = &qs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
                             let rows = (sc.add(h * self.stride), self.stride);
-                            scores_direct(self, heads, g, (p0, pe), rows);
+                            if self.direct == Direct::Avx512 {
+                                scores_direct(self, heads, g, (p0, pe), rows);
+                            } else {
+                                direct_avx2::scores(self, heads, g, (p0, pe), rows);
+                            }
                         }
                     }
                     continue;
@@ -334,13 +357,17 @@ impl<E: KvElem> Tile<'_, E> {
             // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
             for p0 in (0..ctx_max).step_by(KB) {
                 let p1 = (p0 + KB).min(ctx_max);
-                if self.direct {
+                if self.direct != Direct::No {
                     let pe = p1.min(self.first_ctx);
                     for g in 0..self.groups {
                         for h in (g * gs..(g + 1) * gs).step_by(MAX_DIRECT_HEADS) {
                             let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
                             let w = (sc.add(h * self.stride), self.stride);
-                            values_direct(self, heads, g, (p0, pe), w);
+                            if self.direct == Direct::Avx512 {
+                                values_direct(self, heads, g, (p0, pe), w);
+                            } else {
+                                direct_avx2::values(self, heads, g, (p0, pe), w);
+                            }
                         }
                     }
                     continue;
