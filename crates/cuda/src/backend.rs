@@ -129,6 +129,7 @@ fn has_device_kernel(d: &OpDesc) -> bool {
         | OpDesc::GatedDeltaNet(_)
         | OpDesc::SplitQueryGate { .. }
         | OpDesc::SigmoidMul { .. }
+        | OpDesc::Moe(_)
         | OpDesc::Sample { .. } => false,
     }
 }

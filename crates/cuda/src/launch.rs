@@ -292,6 +292,7 @@ pub(crate) fn launch<G: Gpu>(
         | OpDesc::GatedDeltaNet(_)
         | OpDesc::SplitQueryGate { .. }
         | OpDesc::SigmoidMul { .. }
+        | OpDesc::Moe(_)
         | OpDesc::Sample { .. } => Err(RuntimeError::Unsupported {
             backend: "cuda",
             op: desc.name(),

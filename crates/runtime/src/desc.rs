@@ -49,6 +49,14 @@ pub enum LayerWeight {
     LinearDtBias,
     /// A Gated DeltaNet layer's gated RMSNorm weight (`v_dim`).
     LinearNorm,
+    /// A mixture-of-experts layer's router (`[n_experts, hidden]`).
+    MoeRouter,
+    /// The shared expert's gate, up and down projections.
+    SharedGate,
+    SharedUp,
+    SharedDown,
+    /// The shared expert's `[1, hidden]` sigmoid gate.
+    SharedExpertGate,
 }
 
 /// A weight of the model: the whole model's, or one layer's.
@@ -58,6 +66,12 @@ pub enum WeightId {
     FinalNorm,
     OutputHead,
     Layer(u32, LayerWeight),
+    /// Routed expert `expert` of MoE layer `layer`: its `Gate`, `Up` or `Down` projection.
+    Expert {
+        layer: u32,
+        expert: u32,
+        role: LayerWeight,
+    },
 }
 
 /// A weight as the host holds it.
@@ -117,6 +131,50 @@ pub struct GdnDesc {
     pub scratch: BufRef,
     /// `[n, value_width]`.
     pub out: BufRef,
+}
+
+/// One mixture-of-experts MLP over a step: routing (softmax, top-k) from the router's logits,
+/// each expert on the rows routed to it, the shared expert. The weights are layer `layer`'s
+/// (`LayerWeight::MoeRouter`, `WeightId::Expert { .. }` for `0..n_experts`, and with `shared`
+/// the `Shared*` roles); their shapes and activation formats are the weights' own.
+#[derive(Clone, Debug)]
+pub struct MoeDesc {
+    pub layer: u32,
+    pub hidden: usize,
+    pub n_experts: usize,
+    pub top_k: usize,
+    pub norm_topk: bool,
+    pub shared: bool,
+    /// `[n, hidden]`, normalised.
+    pub x: BufRef,
+    /// `[n, n_experts]`, written by the op.
+    pub router_logits: BufRef,
+    /// Step-local work: `n_experts` probabilities + `n * top_k` (expert, weight) pairs.
+    pub routes: BufRef,
+    /// `[n, hidden]` rows gathered for an expert, and its output.
+    pub rows_x: BufRef,
+    pub rows_y: BufRef,
+    /// `[n, ffn]` (the widest expert) gate and up.
+    pub gate: BufRef,
+    pub up: BufRef,
+    /// `[n]` shared-expert gate logits.
+    pub shared_gate: BufRef,
+    /// Quantized `[n, hidden]` and `[n, ffn]` rows.
+    pub qx: BufRef,
+    pub qh: BufRef,
+    /// `[n, hidden]`.
+    pub out: BufRef,
+}
+
+impl MoeDesc {
+    /// The weight of routed expert `expert` in `role` (`Gate`, `Up`, `Down`).
+    pub fn expert(&self, expert: usize, role: LayerWeight) -> WeightId {
+        WeightId::Expert {
+            layer: self.layer,
+            expert: expert as u32,
+            role,
+        }
+    }
 }
 
 /// What one op computes. Rows beyond a step's real tokens are padding (slot -1, no sequence).
@@ -218,6 +276,8 @@ pub enum OpDesc {
     },
     /// `x *= sigmoid(gate)`.
     SigmoidMul { x: BufRef, gate: BufRef },
+    /// A mixture-of-experts MLP (the expert choice is made inside the op, from its buffers).
+    Moe(Box<MoeDesc>),
     /// Row `r` of `logits` (`[rows, vocab]`) sampled with the per-row state of the host buffer
     /// `rows` (`oxllm_sample::sample_rows::SampleRows`: each request's own sampler, penalties'
     /// token ids, scoring) into `token_ids[r]`; rows flagged `masked` first have the tokens
@@ -251,6 +311,7 @@ impl OpDesc {
             OpDesc::SplitQueryGate { .. } => "split_query_gate",
             OpDesc::SigmoidMul { .. } => "sigmoid_gate",
             OpDesc::Sample { .. } => "sample",
+            OpDesc::Moe(_) => "moe",
         }
     }
 
@@ -343,6 +404,21 @@ impl OpDesc {
                 src, query, gate, ..
             } => [*src, *query, *gate].into_iter().for_each(visit),
             OpDesc::SigmoidMul { x, gate } => [*x, *gate].into_iter().for_each(visit),
+            OpDesc::Moe(m) => [
+                m.x,
+                m.router_logits,
+                m.routes,
+                m.rows_x,
+                m.rows_y,
+                m.gate,
+                m.up,
+                m.shared_gate,
+                m.qx,
+                m.qh,
+                m.out,
+            ]
+            .into_iter()
+            .for_each(visit),
             OpDesc::Sample {
                 logits,
                 rows,

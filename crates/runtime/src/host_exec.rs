@@ -42,13 +42,13 @@ pub(crate) struct HostExec<'a> {
 }
 
 impl HostExec<'_> {
-    fn matrix(&self, op: &'static str, id: WeightId) -> Result<&QMatrix, RuntimeError> {
+    pub(crate) fn matrix(&self, op: &'static str, id: WeightId) -> Result<&QMatrix, RuntimeError> {
         self.weights
             .and_then(|w| w.matrix(id))
             .ok_or(RuntimeError::MissingWeight { op, id })
     }
 
-    fn vector(&self, op: &'static str, id: WeightId) -> Result<&[f32], RuntimeError> {
+    pub(crate) fn vector(&self, op: &'static str, id: WeightId) -> Result<&[f32], RuntimeError> {
         self.weights
             .and_then(|w| w.vector(id))
             .ok_or(RuntimeError::MissingWeight { op, id })
@@ -350,6 +350,7 @@ impl HostExec<'_> {
                 let mask: &[u32] = mask.as_deref().unwrap_or(&[]);
                 (k.sample)(pool, &mut logits, &mut rows, &mut ids, mask, *vocab);
             }
+            OpDesc::Moe(m) => self.moe(m, mem)?,
             OpDesc::SigmoidMul { x, gate } => {
                 let gate = mem.f32(name, *gate)?;
                 let mut x = mem.f32_mut(name, *x)?;

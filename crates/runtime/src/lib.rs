@@ -23,6 +23,7 @@ mod cpu;
 mod desc;
 mod error;
 mod host_exec;
+mod host_moe;
 pub mod kernels;
 mod op;
 mod reference;
@@ -31,7 +32,9 @@ mod step_op;
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
 pub use cpu::{CpuBackend, CpuOptions};
-pub use desc::{GdnDesc, HostWeight, LayerWeight, MatmulJob, OpDesc, WeightId, WeightSource};
+pub use desc::{
+    GdnDesc, HostWeight, LayerWeight, MatmulJob, MoeDesc, OpDesc, WeightId, WeightSource,
+};
 pub use error::RuntimeError;
 pub use host_exec::run_on_host;
 pub use kernels::Kernels;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use oxllm_kernels::attention::AttnShape;
 use oxllm_kernels::matmul::QMatrix;
 use oxllm_runtime::{
-    Backend, BufKind, BufRef, GdnDesc, LayerWeight as L, OpDesc, StepOp, WeightId,
+    Backend, BufKind, BufRef, GdnDesc, LayerWeight as L, MoeDesc, OpDesc, WeightId,
 };
 
 use super::dense::{embed, project, record_head, rms_norm, store_and_attend};
-use super::moe_op::{MoeOp, MoeWork};
+use super::moe_work::moe_work_lens;
 use super::{KvBuffers, StateBuffers, StepView};
 use crate::hybrid::{GatedAttention, GatedDeltaNet, HybridModel, Mixer, Mlp};
 use crate::ModelError;
@@ -112,27 +112,29 @@ pub fn record_hybrid_forward(
             }
             Mlp::Moe(moe) => {
                 let [routes, rows, ffn, shared_gate, qx, qh] =
-                    MoeWork::lens(moe, h, n).map_err(bad)?;
-                let router_logits = b.alloc("moe", BufKind::F32, n * moe.experts.len())?;
-                let work = MoeWork {
-                    routes: b.alloc("moe", BufKind::F32, routes)?,
-                    rows_x: b.alloc("moe", BufKind::F32, rows)?,
-                    rows_y: b.alloc("moe", BufKind::F32, rows)?,
-                    gate: b.alloc("moe", BufKind::F32, ffn)?,
-                    up: b.alloc("moe", BufKind::F32, ffn)?,
-                    shared_gate: b.alloc("moe", BufKind::F32, shared_gate)?,
+                    moe_work_lens(moe, h, n).map_err(bad)?;
+                let f32s = |b: &mut dyn Backend, len| b.alloc("moe", BufKind::F32, len);
+                let desc = MoeDesc {
+                    layer: li as u32,
+                    hidden: h,
+                    n_experts: moe.experts.len(),
+                    top_k: moe.top_k,
+                    norm_topk: moe.norm_topk,
+                    shared: moe.shared.is_some(),
+                    x: normed,
+                    router_logits: f32s(b, n * moe.experts.len())?,
+                    routes: f32s(b, routes)?,
+                    rows_x: f32s(b, rows)?,
+                    rows_y: f32s(b, rows)?,
+                    gate: f32s(b, ffn)?,
+                    up: f32s(b, ffn)?,
+                    shared_gate: f32s(b, shared_gate)?,
                     qx: b.alloc("moe", BufKind::QActs, qx)?,
                     qh: b.alloc("moe", BufKind::QActs, qh)?,
+                    out: f32s(b, n * h)?,
                 };
-                let y = b.alloc("moe", BufKind::F32, n * h)?;
-                b.launch(StepOp::host(MoeOp {
-                    model: model.clone(),
-                    layer: li,
-                    x: normed,
-                    router_logits,
-                    work,
-                    out: y,
-                }))?;
+                let y = desc.out;
+                b.launch(OpDesc::Moe(Box::new(desc)).into())?;
                 y
             }
         };

@@ -12,7 +12,7 @@ mod buffers;
 mod dense;
 mod forward;
 mod hybrid;
-mod moe_op;
+mod moe_work;
 mod states;
 mod weights;
 

@@ -9,7 +9,7 @@ use crate::hybrid::{HybridModel, Mixer, Mlp};
 use crate::LlamaModel;
 
 /// Every per-layer role, in a fixed order.
-const LAYER_ROLES: [L; 21] = [
+const LAYER_ROLES: [L; 26] = [
     L::AttnNorm,
     L::Wq,
     L::Wk,
@@ -31,6 +31,11 @@ const LAYER_ROLES: [L; 21] = [
     L::LinearNegA,
     L::LinearDtBias,
     L::LinearNorm,
+    L::MoeRouter,
+    L::SharedGate,
+    L::SharedUp,
+    L::SharedDown,
+    L::SharedExpertGate,
 ];
 
 /// Calls `visit` with every id of a model of `layers` layers that `source` holds.
@@ -63,7 +68,7 @@ impl WeightSource for LlamaModel {
         let (l, role) = match id {
             WeightId::Embeddings => return Some(&self.embeddings),
             WeightId::OutputHead => return Some(self.lm_head()),
-            WeightId::FinalNorm => return None,
+            WeightId::FinalNorm | WeightId::Expert { .. } => return None,
             WeightId::Layer(l, role) => (self.layers.get(l as usize)?, role),
         };
         match role {
@@ -81,7 +86,7 @@ impl WeightSource for LlamaModel {
     fn vector(&self, id: WeightId) -> Option<&[f32]> {
         let (l, role) = match id {
             WeightId::FinalNorm => return Some(&self.final_norm),
-            WeightId::Embeddings | WeightId::OutputHead => return None,
+            WeightId::Embeddings | WeightId::OutputHead | WeightId::Expert { .. } => return None,
             WeightId::Layer(l, role) => (self.layers.get(l as usize)?, role),
         };
         match role {
@@ -97,12 +102,27 @@ impl WeightSource for LlamaModel {
     }
 }
 
-/// The hybrids' described weights: embeddings, norms, head, the projections, the gated
-/// attention's q/k norms and the Gated DeltaNet cores' small weights. The MoE experts are read
-/// by their host op.
+/// The hybrids' weights: embeddings, norms, head, the projections, the gated attention's q/k
+/// norms, the Gated DeltaNet cores' small weights, and the MoE routers, routed experts
+/// (`WeightId::Expert`) and shared experts.
 impl WeightSource for HybridModel {
     fn visit_weights(&self, visit: &mut dyn FnMut(WeightId, HostWeight<'_>)) {
-        visit_all(self, self.layers.len(), visit)
+        visit_all(self, self.layers.len(), visit);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let Mlp::Moe(moe) = &layer.mlp else {
+                continue;
+            };
+            for (e, d) in moe.experts.iter().enumerate() {
+                for (role, m) in [(L::Gate, &d.gate), (L::Up, &d.up), (L::Down, &d.down)] {
+                    let id = WeightId::Expert {
+                        layer: l as u32,
+                        expert: e as u32,
+                        role,
+                    };
+                    visit(id, HostWeight::Matrix(m));
+                }
+            }
+        }
     }
 
     fn matrix(&self, id: WeightId) -> Option<&QMatrix> {
@@ -111,6 +131,22 @@ impl WeightSource for HybridModel {
             WeightId::OutputHead => return Some(self.lm_head()),
             WeightId::FinalNorm => return None,
             WeightId::Layer(l, role) => (self.layers.get(l as usize)?, role),
+            WeightId::Expert {
+                layer,
+                expert,
+                role,
+            } => {
+                let Mlp::Moe(moe) = &self.layers.get(layer as usize)?.mlp else {
+                    return None;
+                };
+                let d = moe.experts.get(expert as usize)?;
+                return match role {
+                    L::Gate => Some(&d.gate),
+                    L::Up => Some(&d.up),
+                    L::Down => Some(&d.down),
+                    _ => None,
+                };
+            }
         };
         match (&layer.mixer, &layer.mlp, role) {
             (Mixer::Linear(g), _, L::LinearInProj) => Some(&g.in_proj),
@@ -123,6 +159,11 @@ impl WeightSource for HybridModel {
             (_, Mlp::Dense(d), L::Gate) => Some(&d.gate),
             (_, Mlp::Dense(d), L::Up) => Some(&d.up),
             (_, Mlp::Dense(d), L::Down) => Some(&d.down),
+            (_, Mlp::Moe(m), L::MoeRouter) => Some(&m.router),
+            (_, Mlp::Moe(m), L::SharedGate) => m.shared.as_ref().map(|(d, _)| &d.gate),
+            (_, Mlp::Moe(m), L::SharedUp) => m.shared.as_ref().map(|(d, _)| &d.up),
+            (_, Mlp::Moe(m), L::SharedDown) => m.shared.as_ref().map(|(d, _)| &d.down),
+            (_, Mlp::Moe(m), L::SharedExpertGate) => m.shared.as_ref().map(|(_, g)| g),
             _ => None,
         }
     }
@@ -130,7 +171,7 @@ impl WeightSource for HybridModel {
     fn vector(&self, id: WeightId) -> Option<&[f32]> {
         let (layer, role) = match id {
             WeightId::FinalNorm => return Some(&self.final_norm),
-            WeightId::Embeddings | WeightId::OutputHead => return None,
+            WeightId::Embeddings | WeightId::OutputHead | WeightId::Expert { .. } => return None,
             WeightId::Layer(l, role) => (self.layers.get(l as usize)?, role),
         };
         match (&layer.mixer, role) {

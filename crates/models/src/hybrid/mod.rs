@@ -15,6 +15,6 @@ pub use gated_attention::GatedAttention;
 pub use gated_delta_net::GatedDeltaNet;
 pub use load::load_hybrid;
 pub use model::{HybridLayer, HybridModel, Mixer, Mlp};
-pub use moe::{route, route_into, DenseMlp, MoeMlp};
+pub use moe::{DenseMlp, MoeMlp};
 pub use oxllm_kernels::gdn::DeltaRule;
 pub use state_io::validate_slots as validate_state_slots;
