@@ -55,16 +55,13 @@ pub fn profile_decode_replay(
         .ok_or_else(|| BenchError::Config("batch too large".into()))?;
     let record = |b: &mut CpuBackend| -> Result<(), BenchError> {
         let logits = record_dense_forward(b, &model, &view, &kv).map_err(|e| err(&e))?;
-        b.launch(
-            OpDesc::Sample {
-                logits,
-                rows,
-                token_ids: ids,
-                mask: None,
-                vocab: c.vocab_size,
-            }
-            .into(),
-        )
+        b.launch(OpDesc::Sample {
+            logits,
+            rows,
+            token_ids: ids,
+            mask: None,
+            vocab: c.vocab_size,
+        })
         .map_err(|e| err(&e))?;
         Ok(())
     };

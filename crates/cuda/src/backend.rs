@@ -11,8 +11,8 @@ use oxllm_kernels::pool::ThreadPool;
 use oxllm_runtime::arena::{Arena, OpRunner};
 use oxllm_runtime::kernels::{FAST, WARM};
 use oxllm_runtime::{
-    run_on_host, Backend, BufKind, BufRef, ExecCtx, Memory, OpDesc, OpProfile, Plan, RuntimeError,
-    StepOp, WeightSource,
+    run_on_host, Backend, BufKind, BufRef, Memory, OpDesc, OpProfile, Plan, RuntimeError,
+    WeightSource,
 };
 
 use crate::cuda_gpu::CudaGpu;
@@ -103,12 +103,12 @@ struct DeviceRunner<'a, G> {
     uploaded: Vec<BufRef>,
 }
 
-/// What runs where: a description with a device kernel on the device, a host-only op
-/// (sampling) on the host; a description without a device kernel (the hybrid layers' ops) or
-/// a host op meant for the device is refused by name, before anything runs.
+/// What runs where: a description with a device kernel on the device, a host-only one
+/// (sampling) on the host; any other (the hybrid layers' ops, no device kernels yet) is refused
+/// by name, before anything runs.
 enum Placement<'a> {
     Device(&'a OpDesc),
-    Host(&'a StepOp),
+    Host(&'a OpDesc),
 }
 
 /// Whether this backend has kernels for `d`: every variant is listed, so a new one is a
@@ -134,24 +134,21 @@ fn has_device_kernel(d: &OpDesc) -> bool {
     }
 }
 
-fn placement(op: &StepOp) -> Result<Placement<'_>, RuntimeError> {
-    match op {
-        StepOp::Desc(d) if has_device_kernel(d) => Ok(Placement::Device(d)),
-        StepOp::Desc(d) if d.host_only() => Ok(Placement::Host(op)),
-        StepOp::Desc(d) => Err(RuntimeError::Unsupported {
+fn placement(op: &OpDesc) -> Result<Placement<'_>, RuntimeError> {
+    if has_device_kernel(op) {
+        Ok(Placement::Device(op))
+    } else if op.host_only() {
+        Ok(Placement::Host(op))
+    } else {
+        Err(RuntimeError::Unsupported {
             backend: "cuda",
-            op: d.name(),
-        }),
-        StepOp::Host(h) if h.host_only() => Ok(Placement::Host(op)),
-        StepOp::Host(h) => Err(RuntimeError::Unsupported {
-            backend: "cuda",
-            op: h.name(),
-        }),
+            op: op.name(),
+        })
     }
 }
 
 /// Every buffer `op` names.
-fn buffers_of(op: &StepOp) -> Vec<BufRef> {
+fn buffers_of(op: &OpDesc) -> Vec<BufRef> {
     let mut v = Vec::new();
     op.buffers(&mut |b| v.push(b));
     v
@@ -161,7 +158,7 @@ fn buffers_of(op: &StepOp) -> Vec<BufRef> {
 fn run_host_op<G: Gpu>(
     dev: &mut Device<G>,
     pool: &ThreadPool,
-    op: &StepOp,
+    op: &OpDesc,
     mem: &Memory,
     warm: bool,
 ) -> Result<(), RuntimeError> {
@@ -176,22 +173,12 @@ fn run_host_op<G: Gpu>(
         }
     }
     let kernels = if warm { &WARM } else { &FAST };
-    match op {
-        // Host-only descriptions read no weights (sampling).
-        StepOp::Desc(d) => run_on_host(d, mem, pool, kernels, None),
-        StepOp::Host(h) => {
-            let cx = ExecCtx { pool, kernels };
-            if warm {
-                h.warm(mem, &cx)
-            } else {
-                h.run(mem, &cx)
-            }
-        }
-    }
+    // Host-only descriptions read no weights (sampling).
+    run_on_host(op, mem, pool, kernels, None)
 }
 
 impl<G: Gpu> OpRunner for DeviceRunner<'_, G> {
-    fn run(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+    fn run(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError> {
         match placement(op)? {
             Placement::Device(desc) => {
                 if let Some(host) = self.after_host_op {
@@ -215,7 +202,7 @@ impl<G: Gpu> OpRunner for DeviceRunner<'_, G> {
         }
     }
 
-    fn warm(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+    fn warm(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError> {
         // A warm step gives every buffer its device copy now, so a capture allocates nothing.
         match placement(op)? {
             Placement::Device(_) => {
@@ -282,7 +269,7 @@ impl<G: Gpu> GpuBackend<G> {
                 }
             }
             // Tables (RoPE frequencies) are uploaded now, not inside the capture.
-            if let StepOp::Desc(OpDesc::QkNormRope { rope, .. }) = op {
+            if let OpDesc::QkNormRope { rope, .. } = op {
                 self.dev.table(op.name(), rope.inv_freq())?;
             }
         }
@@ -342,7 +329,7 @@ impl<G: Gpu> Backend for GpuBackend<G> {
         self.kept.push(buf);
         self.arena.keep(buf)
     }
-    fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError> {
+    fn launch(&mut self, op: OpDesc) -> Result<(), RuntimeError> {
         let (arena, mut runner) = self.runner();
         arena.launch(op, &mut runner)
     }

@@ -225,16 +225,13 @@ impl ModelRunner {
     fn record(&mut self, view: &StepView) -> Result<(), ModelError> {
         let b = self.backend.as_mut();
         let logits = record_forward(b, &self.model, view, &self.kv, self.states.as_ref())?;
-        self.backend.launch(
-            OpDesc::Sample {
-                logits,
-                rows: self.sample_rows,
-                token_ids: self.sampled_ids.prefix(view.logits()),
-                mask: Some(self.token_masks),
-                vocab: self.vocab,
-            }
-            .into(),
-        )?;
+        self.backend.launch(OpDesc::Sample {
+            logits,
+            rows: self.sample_rows,
+            token_ids: self.sampled_ids.prefix(view.logits()),
+            mask: Some(self.token_masks),
+            vocab: self.vocab,
+        })?;
         Ok(())
     }
 

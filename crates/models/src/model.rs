@@ -13,8 +13,7 @@ pub enum ModelKind {
     /// Llama, Mistral-style, Qwen2, Qwen3 dense.
     /// Shared so that a backend can keep the weights it is handed (`Model::weights`).
     Dense(Arc<LlamaModel>),
-    /// Qwen3-Next, Qwen3.5, Qwen3-MoE (shared for the same reason, and because the hybrid
-    /// layers' host ops still read their weights from the model).
+    /// Qwen3-Next, Qwen3.5, Qwen3-MoE (shared for the same reason).
     Hybrid(Arc<HybridModel>),
 }
 

@@ -14,8 +14,9 @@
 //!   writes, or when the step ends; storage is created for the step and dropped at its end
 //!   (eager is the simple reference path, and the baseline plans must beat);
 //! - warm: like eager, but storage is drawn from the pool (created when none fits) and stays
-//!   there, and ops run in the backend's warm mode (its warm kernels; a host op's [`Op::warm`]) with every pool thread
-//!   joining (their per-thread scratch grows now, not inside a later replay); a later capture of the same or a smaller shape then finds every
+//!   there, and ops run in the backend's warm mode (its warm kernel table) with every pool
+//!   thread joining (their per-thread scratch grows now, not inside a later replay); a later
+//!   capture of the same or a smaller shape then finds every
 //!   buffer it needs, since it plans the same way;
 //! - capture: launches are recorded; [`Arena::end_capture`] plans them over the pool only (a
 //!   request nothing in the pool can serve fails the capture naming its op) and the handles
@@ -28,15 +29,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::backend::Plan;
-use crate::{BufKind, BufRef, Buffer, Memory, OpProfile, RuntimeError, StepOp};
+use crate::{BufKind, BufRef, Buffer, Memory, OpDesc, OpProfile, RuntimeError};
 
 /// How an arena's ops execute: the host backends run each [`crate::OpDesc`] with their kernel
-/// table (and host ops with [`crate::Op::run`]); a device backend launches its own kernels.
+/// table; a device backend launches its own kernels.
 pub trait OpRunner {
-    fn run(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError>;
+    fn run(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError>;
     /// The op in a warm step, which runs on whatever the inputs hold to size buffers and
     /// scratch before a capture, with no effect that outlives the step.
-    fn warm(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError>;
+    fn warm(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +84,7 @@ pub struct Arena {
     /// Handles the host reads after the step: they live to its end.
     kept: Vec<u32>,
     /// Ops launched and not yet run (eager, warm) or recorded (capture).
-    pending: Vec<StepOp>,
+    pending: Vec<OpDesc>,
     id: u64,
 }
 
@@ -232,7 +233,7 @@ impl Arena {
     /// Gives every pending request storage for exactly the ops between its first and last use
     /// in `ops` (kept handles: to the end). Storage comes from the pool (warm, capture) or is
     /// created for the step (eager); `create` allows new storage where none fits.
-    fn plan_lifetimes(&mut self, ops: &[StepOp]) -> Result<Lifetimes, RuntimeError> {
+    fn plan_lifetimes(&mut self, ops: &[OpDesc]) -> Result<Lifetimes, RuntimeError> {
         let requests = std::mem::take(&mut self.requests);
         if requests.is_empty() {
             return Ok(Lifetimes::default());
@@ -371,7 +372,7 @@ impl Arena {
         r
     }
 
-    pub fn launch(&mut self, op: StepOp, runner: &mut dyn OpRunner) -> Result<(), RuntimeError> {
+    pub fn launch(&mut self, op: OpDesc, runner: &mut dyn OpRunner) -> Result<(), RuntimeError> {
         self.pending.push(op);
         match self.mode {
             Mode::Capture | Mode::Eager | Mode::Warm => Ok(()),

@@ -5,18 +5,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::arena::Lifetimes;
-use crate::{BufKind, BufRef, Memory, OpProfile, RuntimeError, StepOp, WeightSource};
+use crate::{BufKind, BufRef, Memory, OpDesc, OpProfile, RuntimeError, WeightSource};
 
 /// A captured op list, bound to the backend that recorded it, with its buffers' footprint.
 pub struct Plan {
     id: u64,
     backend_id: u64,
-    ops: Vec<StepOp>,
+    ops: Vec<OpDesc>,
     lifetimes: Lifetimes,
 }
 
 impl Plan {
-    pub(crate) fn new(backend_id: u64, ops: Vec<StepOp>, lifetimes: Lifetimes) -> Plan {
+    pub(crate) fn new(backend_id: u64, ops: Vec<OpDesc>, lifetimes: Lifetimes) -> Plan {
         static NEXT_PLAN: AtomicU64 = AtomicU64::new(1);
         Plan {
             id: NEXT_PLAN.fetch_add(1, Ordering::Relaxed),
@@ -35,7 +35,7 @@ impl Plan {
         self.id
     }
 
-    pub fn ops(&self) -> &[StepOp] {
+    pub fn ops(&self) -> &[OpDesc] {
         &self.ops
     }
 
@@ -91,7 +91,7 @@ pub trait Backend {
     /// being captured) so the host can read it.
     fn keep(&mut self, buf: BufRef);
     /// Queues `op` in the step (eager, warm) or records it (capture).
-    fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError>;
+    fn launch(&mut self, op: OpDesc) -> Result<(), RuntimeError>;
     /// The host's view of the buffers, to write inputs or read outputs, after the ops launched
     /// so far have run (their errors come back here); refused inside a capture with an error
     /// naming `op`.

@@ -15,11 +15,11 @@ use crate::arena::{Arena, OpRunner};
 use crate::host_exec::HostExec;
 use crate::kernels::Kernels;
 use crate::{
-    Backend, BufKind, BufRef, ExecCtx, Memory, OpProfile, Plan, RuntimeError, StepOp, WeightSource,
+    Backend, BufKind, BufRef, Memory, OpDesc, OpProfile, Plan, RuntimeError, WeightSource,
 };
 
-/// Runs a host backend's ops: descriptions through [`HostExec`] with its kernel table (the
-/// warm table in warm steps), host ops with the same table and pool.
+/// Runs a host backend's ops through [`HostExec`] with its kernel table (the warm table in warm
+/// steps).
 pub(crate) struct HostRunner<'a> {
     pub pool: &'a ThreadPool,
     pub kernels: &'static Kernels,
@@ -28,39 +28,26 @@ pub(crate) struct HostRunner<'a> {
 }
 
 impl HostRunner<'_> {
-    fn exec(&self, op: &StepOp, mem: &Memory, warm: bool) -> Result<(), RuntimeError> {
+    fn exec(&self, op: &OpDesc, mem: &Memory, warm: bool) -> Result<(), RuntimeError> {
         let kernels = if warm {
             self.warm_kernels
         } else {
             self.kernels
         };
-        match op {
-            StepOp::Desc(desc) => HostExec {
-                pool: self.pool,
-                kernels,
-                weights: self.weights,
-            }
-            .run(desc, mem),
-            StepOp::Host(op) => {
-                let cx = ExecCtx {
-                    pool: self.pool,
-                    kernels,
-                };
-                if warm {
-                    op.warm(mem, &cx)
-                } else {
-                    op.run(mem, &cx)
-                }
-            }
+        HostExec {
+            pool: self.pool,
+            kernels,
+            weights: self.weights,
         }
+        .run(op, mem)
     }
 }
 
 impl OpRunner for HostRunner<'_> {
-    fn run(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+    fn run(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError> {
         self.exec(op, mem, false)
     }
-    fn warm(&mut self, op: &StepOp, mem: &Memory) -> Result<(), RuntimeError> {
+    fn warm(&mut self, op: &OpDesc, mem: &Memory) -> Result<(), RuntimeError> {
         self.exec(op, mem, true)
     }
 }
@@ -137,7 +124,7 @@ macro_rules! arena_backend {
                 self.weights = Some(weights);
                 Ok(())
             }
-            fn launch(&mut self, op: StepOp) -> Result<(), RuntimeError> {
+            fn launch(&mut self, op: OpDesc) -> Result<(), RuntimeError> {
                 let mut runner = HostRunner {
                     pool: &self.pool,
                     kernels: $kernels,

@@ -1,7 +1,7 @@
 //! Each backend's kernel table: the functions its ops compute with.
 //!
 //! The host backends execute every [`crate::OpDesc`] through `host_exec` with one of these
-//! tables (host ops get theirs through [`crate::ExecCtx`]):
+//! tables:
 //! [`CpuBackend`](crate::CpuBackend) runs [`FAST`] (SIMD kernels chosen for the CPU, work split
 //! over the thread pool) and, in a warm step, [`WARM`] (the same, but matmuls only build their
 //! plans and K/V stores do nothing: a warm step sizes buffers and scratch on whatever its inputs

@@ -1,8 +1,8 @@
 //! The backend seam of oxllm and its capture contract.
 //!
-//! A model's forward is a sequence of [`StepOp`]s over [`BufRef`] buffers, launched on a
-//! [`Backend`]: ops as data ([`OpDesc`], weights named by [`WeightId`]) that each backend runs
-//! with its own kernels, and one host op ([`Op`]: the mixture-of-experts MLP, not described yet). Run eagerly, each op executes at once on buffers allocated for that step. Between
+//! A model's forward is a sequence of op descriptions ([`OpDesc`]: data over [`BufRef`] buffers,
+//! weights named by [`WeightId`]) launched on a [`Backend`], which runs each with its own
+//! kernels. Run eagerly, each op executes at once on buffers allocated for that step. Between
 //! [`Backend::begin_capture`] and [`Backend::end_capture`] the same launches are recorded into a
 //! [`Plan`] instead, which [`Backend::replay`] reruns on the same buffers. Inside a capture:
 //! - no buffer is allocated: every step-local buffer comes from a pool warmed by
@@ -25,9 +25,8 @@ mod error;
 mod host_exec;
 mod host_moe;
 pub mod kernels;
-mod op;
+mod profile;
 mod reference;
-mod step_op;
 
 pub use backend::{Backend, Plan};
 pub use buffer::{BufKind, BufRef, Buffer, Memory};
@@ -38,6 +37,5 @@ pub use desc::{
 pub use error::RuntimeError;
 pub use host_exec::run_on_host;
 pub use kernels::Kernels;
-pub use op::{ExecCtx, Op, OpProfile};
+pub use profile::OpProfile;
 pub use reference::ReferenceBackend;
-pub use step_op::StepOp;

@@ -12,7 +12,7 @@ use oxllm_kernels::pool::ThreadPool;
 use crate::arena::Arena;
 use crate::cpu::{arena_backend, HostRunner};
 use crate::{
-    Backend, BufKind, BufRef, Memory, OpProfile, Plan, RuntimeError, StepOp, WeightSource,
+    Backend, BufKind, BufRef, Memory, OpDesc, OpProfile, Plan, RuntimeError, WeightSource,
 };
 
 pub struct ReferenceBackend {

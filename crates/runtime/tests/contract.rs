@@ -81,8 +81,8 @@ fn scaled(x: &[f32], factor: f32) -> Vec<f32> {
 /// Records `input -> scale(2) -> tmp -> scale(3) -> output` with a step-local temporary.
 fn record(b: &mut dyn Backend, input: BufRef, output: BufRef) -> Result<(), RuntimeError> {
     let tmp = b.alloc("scale", BufKind::F32, input.len)?;
-    b.launch(scale(input, tmp, 2.0).into())?;
-    b.launch(scale(tmp, output, 3.0).into())?;
+    b.launch(scale(input, tmp, 2.0))?;
+    b.launch(scale(tmp, output, 3.0))?;
     Ok(())
 }
 
@@ -211,7 +211,7 @@ fn plans_are_bound_to_their_backend_and_aliasing_is_an_error() {
     let mut other = cpu(1);
     let buf = a.alloc_persistent(BufKind::F32, 2).unwrap();
     a.begin_capture().unwrap();
-    a.launch(scale(buf, buf, 1.0).into()).unwrap();
+    a.launch(scale(buf, buf, 1.0)).unwrap();
     let plan = a.end_capture().unwrap();
     assert_eq!(other.replay(&plan).unwrap_err(), RuntimeError::ForeignPlan);
     assert_eq!(
@@ -229,10 +229,10 @@ fn record_chain(b: &mut dyn Backend, input: BufRef, output: BufRef, n: usize) {
     let mut x = input;
     for _ in 0..n {
         let t = b.alloc("scale", BufKind::F32, input.len).unwrap();
-        b.launch(scale(x, t, 1.0).into()).unwrap();
+        b.launch(scale(x, t, 1.0)).unwrap();
         x = t;
     }
-    b.launch(scale(x, output, 1.0).into()).unwrap();
+    b.launch(scale(x, output, 1.0)).unwrap();
 }
 
 #[test]
@@ -271,13 +271,13 @@ fn a_kept_buffer_outlives_its_last_use_for_the_host() {
     write(&mut b, input, &[1.0, 2.0, 3.0, 4.0]);
     b.begin_step().unwrap();
     let first = b.alloc("scale", BufKind::F32, 4).unwrap();
-    b.launch(scale(input, first, 2.0).into()).unwrap();
+    b.launch(scale(input, first, 2.0)).unwrap();
     b.keep(first);
     // Later temporaries would take `first`'s memory if it were freed after its last use.
     let later = b.alloc("scale", BufKind::F32, 4).unwrap();
-    b.launch(scale(input, later, 0.0).into()).unwrap();
+    b.launch(scale(input, later, 0.0)).unwrap();
     let last = b.alloc("scale", BufKind::F32, 4).unwrap();
-    b.launch(scale(later, last, 0.0).into()).unwrap();
+    b.launch(scale(later, last, 0.0)).unwrap();
     assert_eq!(read(&mut b, first), scaled(&[1.0, 2.0, 3.0, 4.0], 2.0));
     b.end_step().unwrap();
 }

@@ -174,7 +174,7 @@ fn record(
         qh: b.alloc("moe", BufKind::QActs, ROWS * row_bytes(SHARED_FFN))?,
         out,
     };
-    b.launch(OpDesc::Moe(Box::new(desc)).into())
+    b.launch(OpDesc::Moe(Box::new(desc)))
 }
 
 /// Runs one eager step on `b` (handed `source`); returns the output rows.

@@ -86,37 +86,28 @@ struct Io {
 /// -> y += out (2p) -> out = silu(out) * y.
 fn record(b: &mut dyn Backend, io: &Io, rows: usize) -> Result<(), RuntimeError> {
     let x = b.alloc("embed", BufKind::F32, rows * HIDDEN)?;
-    b.launch(
-        OpDesc::Embed {
-            tokens: io.tokens.prefix(rows),
-            out: x,
-            hidden: HIDDEN,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::Embed {
+        tokens: io.tokens.prefix(rows),
+        out: x,
+        hidden: HIDDEN,
+    })?;
     let normed = b.alloc("rms_norm", BufKind::F32, rows * HIDDEN)?;
-    b.launch(
-        OpDesc::RmsNorm {
-            weight: NORM,
-            x,
-            out: normed,
-            cols: HIDDEN,
-            eps: EPS,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::RmsNorm {
+        weight: NORM,
+        x,
+        out: normed,
+        cols: HIDDEN,
+        eps: EPS,
+    })?;
     let bytes = rows * DType::F32.row_bytes(HIDDEN).unwrap();
     let acts = b.alloc("quantize", BufKind::QActs, bytes)?;
-    b.launch(
-        OpDesc::Quantize {
-            x: normed,
-            out: acts,
-            rows,
-            cols: HIDDEN,
-            dtype: DType::F32,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::Quantize {
+        x: normed,
+        out: acts,
+        rows,
+        cols: HIDDEN,
+        dtype: DType::F32,
+    })?;
     let out = io.out.prefix(rows * OUT);
     let y = b.alloc("matmul", BufKind::F32, rows * OUT)?;
     let job = |out| MatmulJob {
@@ -127,16 +118,13 @@ fn record(b: &mut dyn Backend, io: &Io, rows: usize) -> Result<(), RuntimeError>
         out,
     };
     let jobs = vec![job(out), job(y)];
-    b.launch(
-        OpDesc::Matmul {
-            rows,
-            cols: HIDDEN,
-            jobs,
-        }
-        .into(),
-    )?;
-    b.launch(OpDesc::Add { acc: y, x: out }.into())?;
-    b.launch(OpDesc::SiluMul { gate: out, up: y }.into())?;
+    b.launch(OpDesc::Matmul {
+        rows,
+        cols: HIDDEN,
+        jobs,
+    })?;
+    b.launch(OpDesc::Add { acc: y, x: out })?;
+    b.launch(OpDesc::SiluMul { gate: out, up: y })?;
     Ok(())
 }
 

@@ -93,32 +93,29 @@ pub fn record_dense_forward(
         let [q, k, v] = project(b, qkv_ids, normed, n, h, dtypes, lens)?;
         let norms = (layer.q_norm.is_some() && layer.k_norm.is_some())
             .then(|| (lw(L::QNorm), lw(L::KNorm)));
-        b.launch(
-            OpDesc::QkNormRope {
-                q,
-                k,
-                positions: step.positions,
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                norms,
-                eps: c.rms_eps,
-                rope: model.rope.clone(),
-            }
-            .into(),
-        )?;
+        b.launch(OpDesc::QkNormRope {
+            q,
+            k,
+            positions: step.positions,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            norms,
+            eps: c.rms_eps,
+            rope: model.rope.clone(),
+        })?;
         let attn = store_and_attend(b, step, kv, kv.layers[li], [q, k, v], shape)?;
         let dt = [layer.wo.activation_dtype()];
         let [o] = project(b, [(lw(L::Wo), None)], attn, n, qw, dt, [n * h])?;
-        b.launch(OpDesc::Add { acc: x, x: o }.into())?;
+        b.launch(OpDesc::Add { acc: x, x: o })?;
 
         rms_norm(b, model.as_ref(), lw(L::FfnNorm), x, normed)?;
         let ids = [(lw(L::Gate), None), (lw(L::Up), None)];
         let dtypes = [&layer.w_gate, &layer.w_up].map(QMatrix::activation_dtype);
         let [gate, up] = project(b, ids, normed, n, h, dtypes, [n * c.ffn; 2])?;
-        b.launch(OpDesc::SiluMul { gate, up }.into())?;
+        b.launch(OpDesc::SiluMul { gate, up })?;
         let dt = [layer.w_down.activation_dtype()];
         let [d] = project(b, [(lw(L::Down), None)], gate, n, c.ffn, dt, [n * h])?;
-        b.launch(OpDesc::Add { acc: x, x: d }.into())?;
+        b.launch(OpDesc::Add { acc: x, x: d })?;
     }
 
     record_head(b, model.as_ref(), step, x)
@@ -132,14 +129,11 @@ pub(super) fn embed(
 ) -> Result<BufRef, ModelError> {
     let h = model.hidden();
     let x = b.alloc("embed", BufKind::F32, step.tokens() * h)?;
-    b.launch(
-        OpDesc::Embed {
-            tokens: step.token_ids,
-            out: x,
-            hidden: h,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::Embed {
+        tokens: step.token_ids,
+        out: x,
+        hidden: h,
+    })?;
     Ok(x)
 }
 
@@ -151,16 +145,13 @@ pub(super) fn rms_norm(
     x: BufRef,
     out: BufRef,
 ) -> Result<(), ModelError> {
-    b.launch(
-        OpDesc::RmsNorm {
-            weight,
-            x,
-            out,
-            cols: model.hidden(),
-            eps: model.rms_eps(),
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::RmsNorm {
+        weight,
+        x,
+        out,
+        cols: model.hidden(),
+        eps: model.rms_eps(),
+    })?;
     Ok(())
 }
 
@@ -174,17 +165,14 @@ pub(super) fn record_head(
 ) -> Result<BufRef, ModelError> {
     let (m, h) = (step.logits(), model.hidden());
     let last = b.alloc("final_norm", BufKind::F32, m * h)?;
-    b.launch(
-        OpDesc::GatherNorm {
-            x,
-            indices: step.logits_indices,
-            weight: WeightId::FinalNorm,
-            out: last,
-            cols: h,
-            eps: model.rms_eps(),
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::GatherNorm {
+        x,
+        indices: step.logits_indices,
+        weight: WeightId::FinalNorm,
+        out: last,
+        cols: h,
+        eps: model.rms_eps(),
+    })?;
     let dt = [model.output_head().activation_dtype()];
     let vocab = model.vocab_size();
     let [logits] = project(
@@ -209,37 +197,31 @@ pub(super) fn store_and_attend(
     [q, k, v]: [BufRef; 3],
     shape: AttnShape,
 ) -> Result<BufRef, ModelError> {
-    b.launch(
-        OpDesc::StoreKv {
-            slot_mapping: step.slot_mapping,
-            k,
-            v,
-            k_cache,
-            v_cache,
-            kv_width: kv.kv_width,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::StoreKv {
+        slot_mapping: step.slot_mapping,
+        k,
+        v,
+        k_cache,
+        v_cache,
+        kv_width: kv.kv_width,
+    })?;
     let attn = b.alloc(
         "attention",
         BufKind::F32,
         step.tokens() * shape.n_heads * shape.head_dim,
     )?;
-    b.launch(
-        OpDesc::Attention {
-            q,
-            k_cache,
-            v_cache,
-            query_start_loc: step.query_start_loc,
-            seq_lens: step.seq_lens,
-            block_tables: step.block_tables,
-            block_table_stride: step.block_table_stride,
-            block_size: kv.block_size,
-            shape,
-            out: attn,
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::Attention {
+        q,
+        k_cache,
+        v_cache,
+        query_start_loc: step.query_start_loc,
+        seq_lens: step.seq_lens,
+        block_tables: step.block_tables,
+        block_table_stride: step.block_table_stride,
+        block_size: kv.block_size,
+        shape,
+        out: attn,
+    })?;
     Ok(attn)
 }
 
@@ -268,16 +250,13 @@ pub(super) fn project<const N: usize>(
                         ModelError::InvalidBatch(format!("activation rows of {cols}: {e}"))
                     })?;
                 let buf = b.alloc("quantize", BufKind::QActs, bytes)?;
-                b.launch(
-                    OpDesc::Quantize {
-                        x: input,
-                        rows,
-                        cols,
-                        dtype,
-                        out: buf,
-                    }
-                    .into(),
-                )?;
+                b.launch(OpDesc::Quantize {
+                    x: input,
+                    rows,
+                    cols,
+                    dtype,
+                    out: buf,
+                })?;
                 quantized[k] = Some((dtype, buf));
                 buf
             }
@@ -296,6 +275,6 @@ pub(super) fn project<const N: usize>(
             out: outs[k],
         })
         .collect();
-    b.launch(OpDesc::Matmul { rows, cols, jobs }.into())?;
+    b.launch(OpDesc::Matmul { rows, cols, jobs })?;
     Ok(outs)
 }

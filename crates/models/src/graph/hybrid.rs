@@ -69,16 +69,13 @@ pub fn record_hybrid_forward(
         )));
     }
     if n_linear > 0 {
-        b.launch(
-            OpDesc::RestoreStates {
-                state_slots,
-                restore_slots: states.restore_slots.prefix(seqs),
-                layers: states.layers.clone(),
-                conv_len: states.conv_len,
-                rec_len: states.recurrent_len,
-            }
-            .into(),
-        )?;
+        b.launch(OpDesc::RestoreStates {
+            state_slots,
+            restore_slots: states.restore_slots.prefix(seqs),
+            layers: states.layers.clone(),
+            conv_len: states.conv_len,
+            rec_len: states.recurrent_len,
+        })?;
     }
     let x = embed(b, model.as_ref(), step)?;
     let normed = b.alloc("rms_norm", BufKind::F32, n * h)?;
@@ -97,7 +94,7 @@ pub fn record_hybrid_forward(
                 record_full(b, model, li, a, step, kv, cache, normed)?
             }
         };
-        b.launch(OpDesc::Add { acc: x, x: mixed }.into())?;
+        b.launch(OpDesc::Add { acc: x, x: mixed })?;
         rms_norm(b, model.as_ref(), lw(li, L::FfnNorm), x, normed)?;
         let y = match &layer.mlp {
             Mlp::Dense(d) => {
@@ -105,7 +102,7 @@ pub fn record_hybrid_forward(
                 let dt = [&d.gate, &d.up].map(QMatrix::activation_dtype);
                 let ffn = d.gate.rows();
                 let [g, u] = project(b, ids, normed, n, h, dt, [n * ffn; 2])?;
-                b.launch(OpDesc::SiluMul { gate: g, up: u }.into())?;
+                b.launch(OpDesc::SiluMul { gate: g, up: u })?;
                 let dt = [d.down.activation_dtype()];
                 let [y] = project(b, [(lw(li, L::Down), None)], g, n, ffn, dt, [n * h])?;
                 y
@@ -134,11 +131,11 @@ pub fn record_hybrid_forward(
                     out: f32s(b, n * h)?,
                 };
                 let y = desc.out;
-                b.launch(OpDesc::Moe(Box::new(desc)).into())?;
+                b.launch(OpDesc::Moe(Box::new(desc)))?;
                 y
             }
         };
-        b.launch(OpDesc::Add { acc: x, x: y }.into())?;
+        b.launch(OpDesc::Add { acc: x, x: y })?;
     }
 
     record_head(b, model.as_ref(), step, x)
@@ -168,29 +165,26 @@ fn record_linear(
     let [proj, ba] = project(b, ids, normed, n, h, dt, lens)?;
     let scratch = b.alloc("gated_delta_net", BufKind::F32, c.scratch_len(n))?;
     let core = b.alloc("gated_delta_net", BufKind::F32, n * vw)?;
-    b.launch(
-        OpDesc::GatedDeltaNet(Box::new(GdnDesc {
-            shape: *c,
-            rule: model.delta_rule(),
-            eps: g.eps,
-            conv: lw(li, L::LinearConv),
-            neg_a: lw(li, L::LinearNegA),
-            dt_bias: lw(li, L::LinearDtBias),
-            norm: lw(li, L::LinearNorm),
-            proj,
-            ba,
-            query_start_loc: step.query_start_loc,
-            seq_lens: step.seq_lens,
-            state_slots: states.state_slots.prefix(step.seqs()),
-            checkpoint_rows: states.checkpoint_rows,
-            checkpoint_slots: states.checkpoint_slots,
-            conv_state,
-            rec_state,
-            scratch,
-            out: core,
-        }))
-        .into(),
-    )?;
+    b.launch(OpDesc::GatedDeltaNet(Box::new(GdnDesc {
+        shape: *c,
+        rule: model.delta_rule(),
+        eps: g.eps,
+        conv: lw(li, L::LinearConv),
+        neg_a: lw(li, L::LinearNegA),
+        dt_bias: lw(li, L::LinearDtBias),
+        norm: lw(li, L::LinearNorm),
+        proj,
+        ba,
+        query_start_loc: step.query_start_loc,
+        seq_lens: step.seq_lens,
+        state_slots: states.state_slots.prefix(step.seqs()),
+        checkpoint_rows: states.checkpoint_rows,
+        checkpoint_slots: states.checkpoint_slots,
+        conv_state,
+        rec_state,
+        scratch,
+        out: core,
+    })))?;
     let dt = [g.out_proj.activation_dtype()];
     let out = [(lw(li, L::LinearOutProj), None)];
     let [o] = project(b, out, core, n, vw, dt, [n * h])?;
@@ -219,32 +213,26 @@ fn record_full(
     let (q, gate) = if a.gated {
         let query = b.alloc("split_query_gate", BufKind::F32, n * qw)?;
         let gate = b.alloc("split_query_gate", BufKind::F32, n * qw)?;
-        b.launch(
-            OpDesc::SplitQueryGate {
-                src: qg,
-                query,
-                gate,
-                head_dim: c.head_dim,
-            }
-            .into(),
-        )?;
+        b.launch(OpDesc::SplitQueryGate {
+            src: qg,
+            query,
+            gate,
+            head_dim: c.head_dim,
+        })?;
         (query, Some(gate))
     } else {
         (qg, None)
     };
-    b.launch(
-        OpDesc::QkNormRope {
-            q,
-            k,
-            positions: step.positions,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            norms: Some((lw(li, L::QNorm), lw(li, L::KNorm))),
-            eps: c.rms_eps,
-            rope: model.rope.clone(),
-        }
-        .into(),
-    )?;
+    b.launch(OpDesc::QkNormRope {
+        q,
+        k,
+        positions: step.positions,
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        norms: Some((lw(li, L::QNorm), lw(li, L::KNorm))),
+        eps: c.rms_eps,
+        rope: model.rope.clone(),
+    })?;
     let shape = AttnShape {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -253,7 +241,7 @@ fn record_full(
     };
     let attn = store_and_attend(b, step, kv, (k_cache, v_cache), [q, k, v], shape)?;
     if let Some(gate) = gate {
-        b.launch(OpDesc::SigmoidMul { x: attn, gate }.into())?;
+        b.launch(OpDesc::SigmoidMul { x: attn, gate })?;
     }
     let dt = [a.wo.activation_dtype()];
     let [o] = project(b, [(lw(li, L::Wo), None)], attn, n, qw, dt, [n * h])?;
