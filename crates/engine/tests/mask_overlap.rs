@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use oxllm_core::FinishReason;
-use oxllm_engine::{Engine, EngineConfig, GenerationRequest, PlanMode, RequestEvent};
+use oxllm_engine::{Engine, EngineConfig, GenerationRequest, KvCacheSize, PlanMode, RequestEvent};
 use oxllm_models::{load_model, ModelFile};
 use oxllm_sample::SamplingParams;
 use oxllm_structured::{Constraint, ConstraintSpec, GrammarCompiler};
@@ -29,19 +29,22 @@ fn smollm2() -> PathBuf {
 }
 
 fn start(plan: PlanMode, overlap_masks: bool) -> (Engine, Tokenizer, GrammarCompiler) {
+    start_with(EngineConfig {
+        threads: 2,
+        max_num_seqs: 8,
+        plan,
+        overlap_masks,
+        ..EngineConfig::default()
+    })
+}
+
+fn start_with(config: EngineConfig) -> (Engine, Tokenizer, GrammarCompiler) {
     let (file, model) = load_model(&smollm2()).unwrap();
     let ModelFile::Gguf(g) = &file else {
         panic!("SmolLM2 is a GGUF file")
     };
     let tok = Tokenizer::from_gguf(g).unwrap();
     let vocab = model.config.vocab_size;
-    let config = EngineConfig {
-        threads: 2,
-        max_num_seqs: 8,
-        plan,
-        overlap_masks,
-        ..EngineConfig::default()
-    };
     let engine = Engine::start(model, Some(tok.clone()), config).unwrap();
     let compiler = GrammarCompiler::new(&tok, vocab).unwrap();
     (engine, tok, compiler)
@@ -249,4 +252,59 @@ fn cancelling_constrained_requests_mid_step_loses_nothing() {
     assert!(after[0].is_ok(), "{after:?}");
     let stats = h.stats();
     assert_eq!(stats.num_running + stats.num_waiting, 0, "{stats:?}");
+}
+
+/// Constrained requests preempted (a pool too small for all of them) while their masks are
+/// computed beside the forward resume where they were: the same tokens as with room for all,
+/// every JSON answer valid.
+#[test]
+fn preemption_while_masks_are_computed_loses_nothing() {
+    let greedy = SamplingParams {
+        max_tokens: 40,
+        ..SamplingParams::greedy()
+    };
+    let mut by_pool = Vec::new();
+    for kv_cache in [None, Some(KvCacheSize::Blocks(14))] {
+        let base = EngineConfig::default();
+        let (engine, tok, compiler) = start_with(EngineConfig {
+            threads: 2,
+            max_num_seqs: 8,
+            plan: PlanMode::Captured,
+            overlap_masks: true,
+            kv_cache: kv_cache.unwrap_or(base.kv_cache),
+            ..base
+        });
+        let person = chat(&tok, "Describe a person as JSON with a name and an age.");
+        let other = chat(
+            &tok,
+            "Describe someone else, as JSON, with a name and an age.",
+        );
+        let schema = || Some(compiler.compile(&person_schema()).unwrap());
+        let reqs = (0..6u64)
+            .map(|i| {
+                let prompt = if i % 2 == 0 { &person } else { &other };
+                let params = if i < 2 {
+                    greedy.clone()
+                } else {
+                    sampled(40, 100 + i)
+                };
+                req(prompt, &params, schema())
+            })
+            .collect();
+        let outs: Vec<_> = run(&engine, reqs).into_iter().map(Result::unwrap).collect();
+        let stats = engine.handle().stats();
+        assert!(stats.masks_overlapped > 0, "no step overlapped its masks");
+        if kv_cache.is_some() {
+            assert!(stats.num_preemptions > 0, "the pool was not small enough");
+        } else {
+            assert_eq!(stats.num_preemptions, 0);
+        }
+        for (ids, text, _) in &outs {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {text:?} {ids:?}"));
+            assert!(v["name"].is_string() && v["age"].is_i64(), "{text}");
+        }
+        by_pool.push(outs);
+    }
+    assert_eq!(by_pool[0], by_pool[1], "preemption changed the tokens");
 }
