@@ -1,5 +1,5 @@
 //! The weights of the hybrid families' full softmax attention over the paged K/V cache (its
-//! ops: `attn_prep`, `store_kv`, `attention`, `sigmoid_gate` in `graph`).
+//! ops: `split_query_gate`, `qk_norm_rope`, `store_kv`, `attention`, `sigmoid_gate` in `graph`).
 //!
 //! Like the Llama-family layer, plus: `q_proj` may yield `[query | gate]` per head (Qwen3-Next,
 //! Qwen3.5), the attention output then being scaled by `sigmoid(gate)`; q/k RMSNorm per head;
