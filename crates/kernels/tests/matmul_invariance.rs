@@ -210,3 +210,65 @@ fn matmul_many_equals_separate_calls() {
         assert_eq!(bits(&f1), bits(&f2));
     }
 }
+
+/// The output head's form (`QMatrix::for_output_head`): f32 activations for Q8_0 and float
+/// weights (fast kernels take them), the layers' integer kernels for every other format —
+/// bit for bit the same matrix's product, and within 8-bit activation error of the
+/// f32-activation product.
+#[test]
+fn output_head_keeps_f32_activations_only_where_a_fast_kernel_takes_them() {
+    let pool = ThreadPool::new(2);
+    let mut rng = Lcg(21);
+    let (n, k, m) = (24, 512, 3);
+    for dt in [DType::Q8_0, DType::F32, DType::F16] {
+        let w = QMatrix::new(dt, n, k, weights(&mut rng, dt, n, k)).unwrap();
+        assert_eq!(w.for_output_head().activation_dtype(), DType::F32, "{dt}");
+    }
+    for dt in [DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K] {
+        let bytes = weights(&mut rng, dt, n, k);
+        let layer = QMatrix::new(dt, n, k, bytes.clone()).unwrap();
+        let head = QMatrix::new(dt, n, k, bytes.clone())
+            .unwrap()
+            .for_output_head();
+        let precise = QMatrix::new(dt, n, k, bytes)
+            .unwrap()
+            .with_f32_activations();
+        let adt = quant::activation_dtype(dt).unwrap();
+        assert_eq!(head.activation_dtype(), adt, "{dt}");
+        assert_eq!(
+            head.is_panels(),
+            layer.is_panels(),
+            "{dt}: the head keeps the layout"
+        );
+        let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+        let acts = quantize_acts(&pool, &x, m, k, adt).unwrap();
+        let (mut got, mut want) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+        matmul(&pool, &head, &acts, &mut got).unwrap();
+        matmul(&pool, &layer, &acts, &mut want).unwrap();
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{dt}: the head is not the layer kernels' product"
+        );
+        let f32_acts = quantize_acts(&pool, &x, m, k, DType::F32).unwrap();
+        let mut exact = vec![f32::NAN; m * n];
+        matmul(&pool, &precise, &f32_acts, &mut exact).unwrap();
+        for i in 0..m {
+            for j in 0..n {
+                let mut wrow = vec![0f32; k];
+                head.dequantize_row(j, &mut wrow).unwrap();
+                let mag: f32 = wrow
+                    .iter()
+                    .zip(&x[i * k..(i + 1) * k])
+                    .map(|(a, b)| (a * b).abs())
+                    .sum();
+                let (g, e) = (got[i * n + j], exact[i * n + j]);
+                assert!(
+                    (g - e).abs() <= 0.02 * mag,
+                    "{dt} ({i},{j}): {g} vs f32 activations {e} (scale {mag})"
+                );
+            }
+        }
+    }
+}

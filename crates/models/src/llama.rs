@@ -58,10 +58,11 @@ impl LlamaModel {
         );
         // The output head decides which token wins; 8-bit activations there flip near-ties
         // (measured on SmolLM2: teacher-forced agreement 96.5% -> 97.3%), and it runs only on
-        // sampled rows, so it keeps f32 activations.
+        // sampled rows, so it keeps f32 activations where a fast kernel takes them
+        // (`QMatrix::for_output_head`).
         let (embeddings, lm_head) = match lm_head {
-            Some(head) => (embeddings, Some(head.with_f32_activations())),
-            None => (embeddings.with_f32_activations(), None),
+            Some(head) => (embeddings, Some(head.for_output_head())),
+            None => (embeddings.for_output_head(), None),
         };
         LlamaModel {
             config,

@@ -212,6 +212,20 @@ impl QMatrix {
         m
     }
 
+    /// The output head's form: f32 activations ([`QMatrix::with_f32_activations`]) where the
+    /// weights are floats or Q8_0 (16-bit activations on the wide panels), which have fast
+    /// kernels for them; every other quantized format (Q4_0, Q4_1 and the k-quants, e.g. the
+    /// Q6_K head of most Q4_K_M files) keeps the integer kernels of the layers and their 8-bit
+    /// activations, as llama.cpp computes such heads. Their f32-activation dot has only the
+    /// scalar reference, which made the head of a 1.7B Q4_K_M model cost 4x the rest of the
+    /// decode step (docs/BENCHMARKS.md, sitting 13).
+    pub fn for_output_head(self) -> Self {
+        match self.dtype {
+            DType::Q8_0 | DType::F32 | DType::F16 | DType::BF16 => self.with_f32_activations(),
+            _ => self,
+        }
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }

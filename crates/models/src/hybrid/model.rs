@@ -60,8 +60,8 @@ impl HybridModel {
             None,
         );
         let (embeddings, lm_head) = match lm_head {
-            Some(head) => (embeddings, Some(head.with_f32_activations())),
-            None => (embeddings.with_f32_activations(), None),
+            Some(head) => (embeddings, Some(head.for_output_head())),
+            None => (embeddings.for_output_head(), None),
         };
         HybridModel {
             config,
