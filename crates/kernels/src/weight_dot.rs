@@ -4,7 +4,9 @@
 //! activations have outlier channels. Where precision decides the answer and the work is small
 //! (the output projection runs only on the rows that are sampled), oxllm keeps activations in
 //! f32 and dequantizes weights on the fly. The result then differs from a float reference only by
-//! the weight quantization itself.
+//! the weight quantization itself. Only Q8_0 (and floats) have fast kernels here, so only those
+//! heads take this path (`QMatrix::for_output_head`); the other formats' dots are the scalar
+//! reference, kept for the MoE router and the tests.
 //!
 //! Guarantees: the AVX2 path equals the scalar reference within f32 summation-order error
 //! (relative 1e-5 of the sum of |products|); every weight type with a dequantizer works.
