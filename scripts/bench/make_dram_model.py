@@ -10,6 +10,10 @@ a seeded generator, so a rerun writes the same file.
 
   python3 -m venv /tmp/venv-gguf && /tmp/venv-gguf/bin/pip install numpy gguf==0.17.1
   /tmp/venv-gguf/bin/python scripts/bench/make_dram_model.py OUT.gguf $(scripts/fetch-model.sh)
+
+A Q4_K_M copy (Q4_K / Q6_K layers, Q6_K head: the common download's formats; docs/BENCHMARKS.md
+sitting 13) comes from llama.cpp's own tool, built beside llama-bench:
+  llama-quantize --allow-requantize OUT.gguf OUT-q4_k_m.gguf Q4_K_M 2
 """
 import sys
 

@@ -93,3 +93,72 @@ impl LlamaModel {
         layer + self.lm_head().bytes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Arch;
+    use oxllm_core::DType;
+    use oxllm_kernels::ops::RopeLayout;
+
+    fn config(hidden: usize) -> ModelConfig {
+        ModelConfig {
+            arch: Arch::Llama,
+            vocab_size: 4,
+            hidden,
+            n_layers: 0,
+            kv_layers: 0,
+            n_heads: 4,
+            n_kv_heads: 4,
+            head_dim: hidden / 4,
+            ffn: hidden,
+            rms_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope_layout: RopeLayout::SplitHalf,
+            rope_scaling: None,
+            context_length: 64,
+            qkv_bias: false,
+            qk_norm: false,
+            tied_embeddings: true,
+        }
+    }
+
+    fn matrix(dtype: DType, rows: usize, cols: usize) -> QMatrix {
+        let bytes = vec![0u8; dtype.row_bytes(cols).unwrap() * rows];
+        QMatrix::new(dtype, rows, cols, bytes).unwrap()
+    }
+
+    /// Tied or not, a Q6_K head (most Q4_K_M files) runs on the integer kernels; Q8_0 and
+    /// float heads keep f32 activations.
+    #[test]
+    fn the_head_takes_f32_activations_only_from_q8_0_and_floats() {
+        let h = 256;
+        for (dtype, want) in [
+            (DType::Q6K, DType::Q8K),
+            (DType::Q4K, DType::Q8K),
+            (DType::Q4_1, DType::Q8_1),
+            (DType::Q8_0, DType::F32),
+            (DType::F16, DType::F32),
+        ] {
+            let tied = LlamaModel::new(
+                config(h),
+                matrix(dtype, 4, h),
+                vec![],
+                vec![1.0; h],
+                None,
+                None,
+            );
+            assert_eq!(tied.lm_head().activation_dtype(), want, "tied {dtype}");
+            let head = Some(matrix(dtype, 4, h));
+            let own = LlamaModel::new(
+                config(h),
+                matrix(DType::F32, 4, h),
+                vec![],
+                vec![1.0; h],
+                head,
+                None,
+            );
+            assert_eq!(own.lm_head().activation_dtype(), want, "{dtype}");
+        }
+    }
+}
