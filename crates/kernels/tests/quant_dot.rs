@@ -249,6 +249,24 @@ fn quantize_row_is_identical_across_isas() {
                         }
                     }
                     2 => x.iter_mut().for_each(|v| *v *= 1e-30),
+                    // Largest magnitude twice with opposite signs (Q8_K's scale takes the
+                    // sign of the first), and for Q8_K a NaN its scan must pass over.
+                    3 => {
+                        for b in x.chunks_exact_mut(256) {
+                            b[3] = -40.0;
+                            b[200] = 40.0;
+                            if adt == DType::Q8K {
+                                b[7] = f32::NAN;
+                                b[100] = if n == 512 { f32::INFINITY } else { b[100] };
+                            }
+                        }
+                    }
+                    4 => {
+                        for b in x.chunks_exact_mut(256) {
+                            b[250] = -40.0;
+                            b[9] = 40.0;
+                        }
+                    }
                     _ => {}
                 }
                 let mut a = vec![0u8; adt.row_bytes(n).unwrap()];

@@ -118,7 +118,7 @@ fn blocks_of_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
 
 /// Quantize one row of f32 into `dst` (`dst.len() == dtype.row_bytes(src.len())`); `dtype` is
 /// Q8_0, Q8_1, Q8_K or F32 (plain copy as f32 LE bytes). Uses AVX2 where available (Q8_0,
-/// Q8_1); every ISA produces identical bytes.
+/// Q8_1, Q8_K); every ISA produces identical bytes.
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     if !matches!(dtype, DType::F32 | DType::Q8_0 | DType::Q8_1 | DType::Q8K) {
         return Err(QuantError::Unsupported(dtype));
