@@ -230,7 +230,7 @@ fn bench_kquant_panels(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1))
         .sample_size(10);
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
-        for (n, k) in [(2048, 768), (768, 2048)] {
+        for (n, k) in [(2048, 768), (768, 2048), (512, 8192)] {
             let b = kquant_bytes(&mut rng, dtype, n, k);
             let rows = QMatrix::with_layout(dtype, n, k, b.clone(), WeightLayout::Rows).unwrap();
             let panels = QMatrix::with_layout(dtype, n, k, b, WeightLayout::Panels).unwrap();

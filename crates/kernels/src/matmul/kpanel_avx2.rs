@@ -30,7 +30,7 @@ use super::panel::P;
 pub(crate) const CALL_ROWS: usize = 8;
 
 /// Quant dwords whose `vpmaddubsw` pairs may add up in i16 before a `vpmaddwd` (see the
-/// module doc; activations are at most 128 in magnitude).
+/// module doc; activations are at most 128 in magnitude). Q6_K's 2 is `q6_k_sums`' pairs.
 const fn flush(kind: u8) -> usize {
     match kind {
         Q4K => 8,
@@ -67,23 +67,26 @@ pub(crate) unsafe fn kpanel_half<const C: usize, const K: u8>(
             ask_for(ahead, b * rec, rec);
             let a: [*const u8; C] = std::array::from_fn(|c| acts[c].add(b * A_BYTES));
             let mut isum = [_mm256_setzero_si256(); C];
-            for j in 0..8 {
-                let mut s16 = [_mm256_setzero_si256(); C];
-                for k in 0..8 {
-                    let w = quants::<K>(f, r, half, j, k, low);
-                    each_row!(C, c => {
-                        let x = _mm256_set1_epi32(a[c].add(A_QS + 32 * j + 4 * k).cast::<i32>().read_unaligned());
-                        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(w, x));
-                    });
-                    if (k + 1).is_multiple_of(flush(K)) {
-                        // Q6_K: 16-quant groups, scale 2j + k/4; else one scale per sub-block.
-                        let g = if K == Q6K { 2 * j + k / 4 } else { j };
-                        let s = r.add(f.sc + g * P + 8 * h);
-                        let sc = dup_pairs(s, s, K == Q6K);
+            if K == Q6K {
+                q6_k_sums(f, r, h, &a, &mut isum, low);
+            } else {
+                for j in 0..8 {
+                    let mut s16 = [_mm256_setzero_si256(); C];
+                    for k in 0..8 {
+                        let w = quants::<K>(f, r, half, j, k, low);
                         each_row!(C, c => {
-                            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], sc));
-                            s16[c] = _mm256_setzero_si256();
+                            let x = _mm256_set1_epi32(a[c].add(A_QS + 32 * j + 4 * k).cast::<i32>().read_unaligned());
+                            s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(w, x));
                         });
+                        if (k + 1).is_multiple_of(flush(K)) {
+                            // One scale per sub-block.
+                            let s = r.add(f.sc + j * P + 8 * h);
+                            let sc = dup_pairs(s, s, false);
+                            each_row!(C, c => {
+                                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], sc));
+                                s16[c] = _mm256_setzero_si256();
+                            });
+                        }
                     }
                 }
             }
@@ -129,6 +132,45 @@ pub(crate) unsafe fn kpanel_half<const C: usize, const K: u8>(
             }
         }
         store(out, col, bits, &acc);
+    }
+}
+
+/// Q6_K's `sum scale * q * a` per lane of half `h` of the record at `r`, added to `isum`.
+/// Its i16 pairs must go to i32 after every second dword, so each row's two dwords are summed
+/// and scaled at once: no i16 sums live across rows, and the `C` i32 sums stay in registers
+/// (with per-row i16 sums beside them, 8 rows spilled to the stack at every dword).
+#[inline(always)]
+unsafe fn q6_k_sums<const C: usize>(
+    f: &KPanelFormat,
+    r: *const u8,
+    h: usize,
+    a: &[*const u8; C],
+    isum: &mut [__m256i; C],
+    low: __m256i,
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let half = 32 * h;
+        for j in 0..8 {
+            for k in (0..8).step_by(2) {
+                let w0 = quants::<Q6K>(f, r, half, j, k, low);
+                let w1 = quants::<Q6K>(f, r, half, j, k + 1, low);
+                // 16-quant groups: scale 2j + k/4.
+                let s = r.add(f.sc + (2 * j + k / 4) * P + 8 * h);
+                let sc = dup_pairs(s, s, true);
+                each_row!(C, c => {
+                    let at = a[c].add(A_QS + 32 * j + 4 * k).cast::<i32>();
+                    let x0 = _mm256_set1_epi32(at.read_unaligned());
+                    let x1 = _mm256_set1_epi32(at.add(1).read_unaligned());
+                    let pair = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w0, x0),
+                        _mm256_maddubs_epi16(w1, x1),
+                    );
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pair, sc));
+                });
+            }
+        }
     }
 }
 
