@@ -246,12 +246,16 @@ fn bench_kquant_panels(c: &mut Criterion) {
                 g.bench_function(format!("rows/{id}"), |b| {
                     b.iter(|| matmul(&pool, &rows, &acts, &mut out).unwrap())
                 });
-                g.bench_function(format!("panels_avx2/{id}"), |b| {
-                    b.iter(|| {
-                        matmul_panels_with(PanelKernel::Avx2, &pool, &panels, &acts, &mut out)
-                            .unwrap()
-                    })
-                });
+                for kernel in [PanelKernel::Avx2, PanelKernel::Avx512Vnni] {
+                    if !kernel.available() {
+                        continue;
+                    }
+                    g.bench_function(format!("panels_{kernel:?}/{id}"), |b| {
+                        b.iter(|| {
+                            matmul_panels_with(kernel, &pool, &panels, &acts, &mut out).unwrap()
+                        })
+                    });
+                }
             }
         }
     }

@@ -36,6 +36,8 @@ mod kpanel;
 #[cfg(target_arch = "x86_64")]
 mod kpanel_avx2;
 #[cfg(target_arch = "x86_64")]
+mod kpanel_avx512;
+#[cfg(target_arch = "x86_64")]
 mod kpanel_run;
 mod matrix;
 mod pairwise;
@@ -173,10 +175,9 @@ pub fn matmul_panels_with(
         execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
         return Ok(());
     }
-    // K-quant panels have one kernel family, AVX2 (which AVX-512 CPUs run too).
     #[cfg(target_arch = "x86_64")]
-    if let (PanelKernel::Avx2, true, Some(f)) = (kernel, kernel.available(), w.kpanels) {
-        let plan = Plan::KPanel(kpanel_run::kpanel_plan(pool, f, w, acts));
+    if let (true, Some(f)) = (kernel.available(), w.kpanels) {
+        let plan = Plan::KPanel(kpanel_run::kpanel_plan(pool, f, w, acts, kernel));
         execute(pool, &[Some(plan)], &[Some(SharedMut::new(out))]);
         return Ok(());
     }
@@ -207,7 +208,10 @@ fn plan<'a>(
     }
     #[cfg(target_arch = "x86_64")]
     if let (false, Some(f), true) = (force_pairwise, w.kpanels, kpanel_run::available()) {
-        return Ok(Plan::KPanel(kpanel_run::kpanel_plan(pool, f, w, acts)));
+        let kernel = kpanel_run::best();
+        return Ok(Plan::KPanel(kpanel_run::kpanel_plan(
+            pool, f, w, acts, kernel,
+        )));
     }
     #[cfg(target_arch = "x86_64")]
     if !force_pairwise && !w.f32_activations && !w.is_panels() {

@@ -380,19 +380,25 @@ mod tests {
         }
     }
 
-    /// The AVX2 kernel (through `matmul_panels_with` on a packed matrix, and through `matmul`'s
-    /// own dispatch) gives the reference's bits for every output: each format; 1 to 40
-    /// activation rows (every rows-per-call remainder, decode- and prefill-sized tiles); one to
-    /// six super-blocks; panel counts with partial last panels (fewer and more than 8 live
-    /// rows); and the extreme quants against all-positive and all-negative activation rows (the
-    /// i16 sums at their bound). AVX-512 CPUs run this same kernel for k-quants.
+    /// Each kernel family this CPU runs (AVX2; AVX512-VNNI where allowed), through
+    /// `matmul_panels_with` on a packed matrix, and `matmul`'s own dispatch, give the
+    /// reference's bits for every output: each format; 1 to 40 activation rows (every
+    /// rows-per-call remainder, decode- and prefill-sized tiles); one to six super-blocks;
+    /// panel counts with partial last panels (fewer and more than 8 live rows); and the extreme
+    /// quants against all-positive and all-negative activation rows (the AVX2 kernel's i16
+    /// sums at their bound). Run again under `OXLLM_ISA=avx2` for the dispatch at AVX2.
     #[test]
-    fn avx2_kernel_is_bit_identical_to_the_reference() {
+    fn every_kernel_is_bit_identical_to_the_reference() {
         use crate::matmul::{matmul, matmul_panels_with, quantize_acts, PanelKernel, QMatrix};
-        if !PanelKernel::Avx2.available() {
+        let kernels: Vec<PanelKernel> = [PanelKernel::Avx2, PanelKernel::Avx512Vnni]
+            .into_iter()
+            .filter(|k| k.available())
+            .collect();
+        if kernels.is_empty() {
             eprintln!("no AVX2 on this CPU: nothing to compare");
             return;
         }
+        eprintln!("k-panel kernels compared: {kernels:?}");
         let pool = crate::pool::ThreadPool::new(2);
         for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
             let f = KPanelFormat::of(dtype).unwrap();
@@ -418,8 +424,14 @@ mod tests {
                         })
                         .collect();
                     let acts = quantize_acts(&pool, &x, m, cols, DType::Q8K).unwrap();
-                    let mut out = vec![f32::NAN; m * n];
-                    matmul_panels_with(PanelKernel::Avx2, &pool, &w, &acts, &mut out).unwrap();
+                    let outs: Vec<Vec<f32>> = kernels
+                        .iter()
+                        .map(|&k| {
+                            let mut out = vec![f32::NAN; m * n];
+                            matmul_panels_with(k, &pool, &w, &acts, &mut out).unwrap();
+                            out
+                        })
+                        .collect();
                     let mut dispatched = vec![f32::NAN; m * n];
                     matmul(&pool, &w, &acts, &mut dispatched).unwrap();
                     for i in 0..m {
@@ -428,9 +440,16 @@ mod tests {
                             let want = kpanel_dot_ref(f, &packed[p * nb * f.record..], nb, a);
                             for (l, want) in want.iter().enumerate().take((n - p * P).min(P)) {
                                 let j = p * P + l;
-                                let (got, via) = (out[i * n + j], dispatched[i * n + j]);
                                 let at = format!("{dtype} n={n} cols={cols} m={m}: ({i}, {j})");
-                                assert_eq!(got.to_bits(), want.to_bits(), "{at} {got} vs {want}");
+                                for (k, out) in kernels.iter().zip(&outs) {
+                                    let got = out[i * n + j];
+                                    assert_eq!(
+                                        got.to_bits(),
+                                        want.to_bits(),
+                                        "{at} {k:?} {got} vs {want}"
+                                    );
+                                }
+                                let via = dispatched[i * n + j];
                                 assert_eq!(via.to_bits(), want.to_bits(), "{at} matmul");
                             }
                         }

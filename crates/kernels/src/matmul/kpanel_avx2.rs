@@ -272,7 +272,7 @@ unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: 
 /// Asks for bytes `at..at + len` of the panel at `p` (null: nothing) into the caches, without
 /// waiting for them.
 #[inline(always)]
-fn ask_for(p: *const u8, at: usize, len: usize) {
+pub(crate) fn ask_for(p: *const u8, at: usize, len: usize) {
     if p.is_null() {
         return;
     }

@@ -1,11 +1,14 @@
-//! Plans and tiles of the k-quant panel GEMM (`kpanel`, kernel `kpanel_avx2`): tiles of
-//! (whole panels of weight rows) x (activation rows) are handed out like the other plans'
-//! tiles; inside a tile each half panel passes over the tile's rows in kernel calls of up to
-//! `CALL_ROWS`, staying in L1 between calls. Activations are read in place (Q8_K rows).
+//! Plans and tiles of the k-quant panel GEMM (`kpanel`; kernels `kpanel_avx2` and, where the
+//! CPU has AVX512-VNNI, `kpanel_avx512`, both with the reference's bits): tiles of (whole
+//! panels of weight rows) x (activation rows) are handed out like the other plans' tiles;
+//! inside a tile each panel (AVX2: each half panel) passes over the tile's rows in kernel
+//! calls of up to `CALL_ROWS`, staying in L1 between calls. Activations are read in place
+//! (Q8_K rows).
 
 use super::kpanel::{KPanelFormat, Q4K, Q5K, Q6K};
 use super::kpanel_avx2::{kpanel_half, CALL_ROWS};
-use super::panel::P;
+use super::kpanel_avx512::{kpanel_full, CALL_ROWS as FULL_CALL_ROWS};
+use super::panel::{PanelKernel, P};
 use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::quant::{self, QK_K};
@@ -23,20 +26,33 @@ pub(super) struct KPanelPlan<'a> {
     run: unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>),
 }
 
-/// Whether this CPU runs the k-panel kernel.
+/// Whether this CPU runs a k-panel kernel.
 pub(super) fn available() -> bool {
     quant::detected_isa() == quant::Isa::Avx2
 }
 
-/// The plan of `w` (a k-panel matrix of format `f`) against `acts` (Q8_K rows); the CPU must
-/// run the kernel ([`available`]).
+/// The k-panel kernel family `matmul` runs on this CPU: AVX512-VNNI where it may, else AVX2.
+pub(super) fn best() -> PanelKernel {
+    if PanelKernel::Avx512Vnni.available() {
+        PanelKernel::Avx512Vnni
+    } else {
+        PanelKernel::Avx2
+    }
+}
+
+/// The plan of `w` (a k-panel matrix of format `f`) against `acts` (Q8_K rows) on `kernel`,
+/// which the CPU must run.
 pub(super) fn kpanel_plan<'a>(
     pool: &ThreadPool,
     f: &'static KPanelFormat,
     w: &'a QMatrix,
     acts: &'a QuantizedActs,
+    kernel: PanelKernel,
 ) -> KPanelPlan<'a> {
-    assert!(available(), "k-quant panels on a CPU without AVX2");
+    assert!(
+        available() && kernel.available(),
+        "k-quant panels on a CPU without their kernel"
+    );
     let nb = w.cols / QK_K;
     let (m, n) = (acts.rows, w.rows);
     assert_eq!(
@@ -56,10 +72,13 @@ pub(super) fn kpanel_plan<'a>(
     let n_wt = n.div_ceil(wt);
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
     type Run = unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>);
-    let run: Run = match f.kind {
-        Q4K => tile::<Q4K>,
-        Q5K => tile::<Q5K>,
-        _ => tile::<Q6K>,
+    let run: Run = match (kernel, f.kind) {
+        (PanelKernel::Avx2, Q4K) => tile::<Q4K>,
+        (PanelKernel::Avx2, Q5K) => tile::<Q5K>,
+        (PanelKernel::Avx2, _) => tile::<Q6K>,
+        (PanelKernel::Avx512Vnni, Q4K) => tile_full::<Q4K>,
+        (PanelKernel::Avx512Vnni, Q5K) => tile_full::<Q5K>,
+        (PanelKernel::Avx512Vnni, _) => tile_full::<Q6K>,
     };
     KPanelPlan {
         f,
@@ -143,6 +162,74 @@ unsafe fn tile<const K: u8>(
             }
             j += P;
         }
+    }
+}
+
+/// [`tile`] on the AVX512-VNNI kernel: each whole panel passes over the rows
+/// [`FULL_CALL_ROWS`] at a time.
+///
+/// # Safety
+/// The CPU runs the AVX512-VNNI kernel; `out` is the plan's output (`m * n` floats).
+unsafe fn tile_full<const K: u8>(
+    p: &KPanelPlan<'_>,
+    wi: usize,
+    i0: usize,
+    rows: usize,
+    out: &SharedMut<f32>,
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let (n, rec) = (p.w.rows, p.f.record);
+        let end = ((wi + 1) * p.wt).min(n);
+        let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
+        let mut j = wi * p.wt;
+        while j < end {
+            let next = if j + P < end {
+                panel_at(j + P)
+            } else {
+                std::ptr::null()
+            };
+            let live = (n - j).min(P);
+            let mask: u16 = if live == P { u16::MAX } else { (1 << live) - 1 };
+            let mut r0 = 0;
+            while r0 < rows {
+                let ahead = if r0 == 0 { next } else { std::ptr::null() };
+                let at = (panel_at(j), ahead);
+                let first = i0 + r0;
+                match (rows - r0).min(FULL_CALL_ROWS) {
+                    1 => call_full::<1, K>(p, at, first, (j, mask), out),
+                    2 => call_full::<2, K>(p, at, first, (j, mask), out),
+                    3 => call_full::<3, K>(p, at, first, (j, mask), out),
+                    4 => call_full::<4, K>(p, at, first, (j, mask), out),
+                    5 => call_full::<5, K>(p, at, first, (j, mask), out),
+                    6 => call_full::<6, K>(p, at, first, (j, mask), out),
+                    7 => call_full::<7, K>(p, at, first, (j, mask), out),
+                    _ => call_full::<8, K>(p, at, first, (j, mask), out),
+                }
+                r0 += FULL_CALL_ROWS;
+            }
+            j += P;
+        }
+    }
+}
+
+/// Activation rows `first..first + C` against a whole panel (AVX512-VNNI).
+#[inline(always)]
+unsafe fn call_full<const C: usize, const K: u8>(
+    p: &KPanelPlan<'_>,
+    at: (*const u8, *const u8),
+    first: usize,
+    dst: (usize, u16),
+    out: &SharedMut<f32>,
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        let n = p.w.rows;
+        let acts: [*const u8; C] = std::array::from_fn(|c| p.acts.row(first + c).as_ptr());
+        let outs: [*mut f32; C] = std::array::from_fn(|c| out.ptr_at((first + c) * n));
+        kpanel_full::<C, K>(p.f, p.nb, at, &acts, &outs, dst);
     }
 }
 
