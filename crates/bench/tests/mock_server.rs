@@ -171,10 +171,14 @@ fn bench(
     }
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("oxllm-bench-it-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join("results.jsonl")
+/// A results file in a fresh directory, removed when the guard drops.
+fn tmp(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::Builder::new()
+        .prefix(&format!("oxllm-bench-it-{name}-"))
+        .tempdir()
+        .unwrap();
+    let file = d.path().join("results.jsonl");
+    (d, file)
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -183,7 +187,7 @@ async fn ab_sweep_completes_and_records_everything() {
     let (url_b, _) = start_mock().await;
     let model = oxllm_bench::client::first_model(&url_a).await.unwrap();
     assert_eq!(model, "mock-model");
-    let out = tmp("ab");
+    let (_dir, out) = tmp("ab");
     let targets = vec![
         Target {
             label: "A".into(),
@@ -337,7 +341,7 @@ async fn failures_are_counted_not_lost() {
             max_tokens: 4,
         })
         .collect();
-    let out = tmp("flaky");
+    let (_dir, out) = tmp("flaky");
     let mut b = bench(
         vec![Target {
             label: "flaky".into(),

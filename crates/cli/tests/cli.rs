@@ -258,8 +258,11 @@ fn bad_inputs_give_clear_errors() {
 
 #[test]
 fn batch_mode_on_a_hybrid_reports_the_state_pool_and_reuses_checkpoints() {
-    let tmp = std::env::temp_dir().join(format!("oxllm-hybrid-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let guard = tempfile::Builder::new()
+        .prefix("oxllm-hybrid-")
+        .tempdir()
+        .unwrap();
+    let tmp = guard.path();
     let (input, output) = (tmp.join("in.jsonl"), tmp.join("out.jsonl"));
     let prompt: Vec<u32> = (0..40u32).map(|i| (i * 37 + 5) % 500 + 3).collect();
     let line = serde_json::json!({"prompt_ids": prompt, "max_tokens": 6, "ignore_eos": true});

@@ -34,11 +34,12 @@ fn smollm2() -> PathBuf {
     p
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("oxllm-first-hour-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed when the guard drops.
+fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("oxllm-first-hour-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn stderr(out: &Output) -> String {
@@ -84,7 +85,8 @@ fn hugging_face_id_gets_a_hint_not_a_download() {
 
 #[test]
 fn broken_model_file_is_one_line_naming_it_once() {
-    let dir = temp_dir("broken");
+    let tmp = temp_dir("broken");
+    let dir = tmp.path();
     let fake = dir.join("fake.gguf");
     std::fs::write(&fake, b"this is not a model file at all").unwrap();
     let out = oxllm()
@@ -127,7 +129,8 @@ fn serve_checks_port_and_host_before_loading_the_model() {
 
 #[test]
 fn sizes_take_units_and_bad_ones_say_the_forms() {
-    let dir = temp_dir("sizes");
+    let tmp = temp_dir("sizes");
+    let dir = tmp.path();
     let input = dir.join("in.jsonl");
     std::fs::write(
         &input,
@@ -166,7 +169,8 @@ fn sizes_take_units_and_bad_ones_say_the_forms() {
 
 #[test]
 fn unknown_batch_fields_are_rejected_by_name() {
-    let dir = temp_dir("fields");
+    let tmp = temp_dir("fields");
+    let dir = tmp.path();
     let input = dir.join("in.jsonl");
     let output = dir.join("out.jsonl");
     std::fs::write(
@@ -210,7 +214,8 @@ fn unknown_batch_fields_are_rejected_by_name() {
 
 #[test]
 fn model_names_from_the_cache() {
-    let dir = temp_dir("cache");
+    let tmp = temp_dir("cache");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("models")).unwrap();
     std::os::unix::fs::symlink(smollm2(), dir.join("models/mini.gguf")).unwrap();
     let hf = dir.join("models/tiny-qwen3");
@@ -427,7 +432,8 @@ fn a_model_without_tokenizer_gets_no_chat_example() {
 
 #[test]
 fn setup_scripts_name_a_missing_tool_and_its_install_command() {
-    let empty = temp_dir("no-tools");
+    let tmp = temp_dir("no-tools");
+    let empty = tmp.path();
     let run = |check: &str| {
         Command::new("/bin/bash")
             .arg("-c")

@@ -32,7 +32,9 @@ fn tokenizer() -> Tokenizer {
         r#"{"eos_token": "<|im_end|>"}"#,
     )
     .unwrap();
-    Tokenizer::from_hf_dir(&dir).unwrap()
+    let tok = Tokenizer::from_hf_dir(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    tok
 }
 
 fn compiler() -> GrammarCompiler {

@@ -14,7 +14,8 @@ fn missing_file() {
 
 #[test]
 fn malformed_tokenizer_json() {
-    let dir = common::temp_dir("malformed");
+    let tmp = common::temp_dir("malformed");
+    let dir = tmp.path();
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, b"{\"model\": [1, 2").unwrap();
     let err = Tokenizer::from_file(&path).unwrap_err();
@@ -32,7 +33,8 @@ fn malformed_tokenizer_json() {
 
 #[test]
 fn malformed_side_file() {
-    let dir = common::temp_dir("badconfig");
+    let tmp = common::temp_dir("badconfig");
+    let dir = tmp.path();
     std::fs::copy(
         common::fixtures_dir().join("smollm2/tokenizer.json"),
         dir.join("tokenizer.json"),

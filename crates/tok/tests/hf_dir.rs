@@ -5,8 +5,9 @@ mod common;
 
 use oxllm_tok::Tokenizer;
 
-fn dir_with(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
-    let dir = common::temp_dir(tag);
+fn dir_with(tag: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tmp = common::temp_dir(tag);
+    let dir = tmp.path();
     std::fs::copy(
         common::fixtures_dir().join("smollm2/tokenizer.json"),
         dir.join("tokenizer.json"),
@@ -15,12 +16,12 @@ fn dir_with(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
     for (name, body) in files {
         std::fs::write(dir.join(name), body).unwrap();
     }
-    dir
+    tmp
 }
 
 #[test]
 fn tokenizer_json_only() {
-    let tok = Tokenizer::from_hf_dir(dir_with("bare", &[])).unwrap();
+    let tok = Tokenizer::from_hf_dir(dir_with("bare", &[]).path()).unwrap();
     assert_eq!(tok.bos_id(), None);
     assert_eq!(
         tok.encode("hi", true).unwrap(),
@@ -57,7 +58,7 @@ fn config_generation_config_and_template() {
         [1, 504]
     );
 
-    std::fs::write(dir.join("chat_template.jinja"), "from-jinja").unwrap();
+    std::fs::write(dir.path().join("chat_template.jinja"), "from-jinja").unwrap();
     let tok = Tokenizer::from_hf_dir(&dir).unwrap();
     assert_eq!(tok.chat_template(), Some("from-jinja"));
 }

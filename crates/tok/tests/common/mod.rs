@@ -49,12 +49,12 @@ pub fn model_path() -> Option<PathBuf> {
     }
 }
 
-/// A fresh empty directory under the system temp dir.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("oxllm-tok-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh empty directory under the system temp dir, removed when the guard drops.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("oxllm-tok-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Every corpus entry encodes and decodes exactly as transformers does.
