@@ -229,7 +229,7 @@ fn model_names_from_the_cache() {
     }
     let out = oxllm()
         .arg("models")
-        .env("OXLLM_CACHE", &dir)
+        .env("OXLLM_CACHE", dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -251,7 +251,7 @@ fn model_names_from_the_cache() {
                 name,
             ])
             .args(extra)
-            .env("OXLLM_CACHE", &dir)
+            .env("OXLLM_CACHE", dir)
             .output()
             .unwrap()
     };
@@ -439,7 +439,7 @@ fn setup_scripts_name_a_missing_tool_and_its_install_command() {
             .arg("-c")
             .arg(format!(". scripts/require.sh && {check} && echo passed"))
             .current_dir(repo())
-            .env("PATH", &empty)
+            .env("PATH", empty)
             .output()
             .unwrap()
     };

@@ -41,7 +41,7 @@ fn malformed_side_file() {
     )
     .unwrap();
     std::fs::write(dir.join("tokenizer_config.json"), b"{not json").unwrap();
-    let err = Tokenizer::from_hf_dir(&dir).unwrap_err();
+    let err = Tokenizer::from_hf_dir(dir).unwrap_err();
     assert!(matches!(err, TokError::Json { .. }), "{err}");
 }
 
