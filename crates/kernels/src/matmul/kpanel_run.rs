@@ -105,6 +105,30 @@ impl KPanelPlan<'_> {
     }
 }
 
+/// Each panel of weight tile `wi`: its first row `j`, its pointer, the next panel of the tile
+/// (null: none) and the mask of its live rows.
+fn each_panel(
+    p: &KPanelPlan<'_>,
+    wi: usize,
+    mut visit: impl FnMut(usize, *const u8, *const u8, u16),
+) {
+    let (n, rec) = (p.w.rows, p.f.record);
+    let end = ((wi + 1) * p.wt).min(n);
+    let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
+    let mut j = wi * p.wt;
+    while j < end {
+        let next = if j + P < end {
+            panel_at(j + P)
+        } else {
+            std::ptr::null()
+        };
+        let live = (n - j).min(P);
+        let mask: u16 = if live == P { u16::MAX } else { (1 << live) - 1 };
+        visit(j, panel_at(j), next, mask);
+        j += P;
+    }
+}
+
 /// Weight tile `wi` against activation rows `i0..i0 + rows`: each half panel passes over the
 /// rows [`CALL_ROWS`] at a time; the first call of a panel asks for the next panel's weights.
 ///
@@ -117,36 +141,24 @@ unsafe fn tile<const K: u8>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
-        let (n, rec) = (p.w.rows, p.f.record);
-        let end = ((wi + 1) * p.wt).min(n);
-        let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
-        let mut j = wi * p.wt;
-        while j < end {
-            let next = if j + P < end {
-                panel_at(j + P)
-            } else {
-                std::ptr::null()
-            };
-            let live = (n - j).min(P);
-            let mask: u16 = if live == P { u16::MAX } else { (1 << live) - 1 };
-            for h in 0..2 {
-                let bits = (mask >> (8 * h)) as u8;
-                if bits == 0 {
-                    continue;
-                }
-                let mut r0 = 0;
-                while r0 < rows {
-                    let ahead = if h == 0 && r0 == 0 {
-                        next
-                    } else {
-                        std::ptr::null()
-                    };
-                    let at = (panel_at(j), h, ahead);
-                    let dst = (j + 8 * h, bits);
-                    let first = i0 + r0;
+    each_panel(p, wi, |j, panel, next, mask| {
+        for h in 0..2 {
+            let bits = (mask >> (8 * h)) as u8;
+            if bits == 0 {
+                continue;
+            }
+            let mut r0 = 0;
+            while r0 < rows {
+                let ahead = if h == 0 && r0 == 0 {
+                    next
+                } else {
+                    std::ptr::null()
+                };
+                let at = (panel, h, ahead);
+                let dst = (j + 8 * h, bits);
+                let first = i0 + r0;
+                // SAFETY: this fn's contract (the CPU runs the kernel, `out` is the plan's).
+                unsafe {
                     match (rows - r0).min(CALL_ROWS) {
                         1 => call::<1, K>(p, at, first, dst, out),
                         2 => call::<2, K>(p, at, first, dst, out),
@@ -157,12 +169,11 @@ unsafe fn tile<const K: u8>(
                         7 => call::<7, K>(p, at, first, dst, out),
                         _ => call::<8, K>(p, at, first, dst, out),
                     }
-                    r0 += CALL_ROWS;
                 }
+                r0 += CALL_ROWS;
             }
-            j += P;
         }
-    }
+    });
 }
 
 /// [`tile`] on the AVX512-VNNI kernel: each whole panel passes over the rows
@@ -177,41 +188,27 @@ unsafe fn tile_full<const K: u8>(
     rows: usize,
     out: &SharedMut<f32>,
 ) {
-    unsafe {
-        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
-        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
-        let (n, rec) = (p.w.rows, p.f.record);
-        let end = ((wi + 1) * p.wt).min(n);
-        let panel_at = |j: usize| p.w.data[(j / P) * p.nb * rec..].as_ptr();
-        let mut j = wi * p.wt;
-        while j < end {
-            let next = if j + P < end {
-                panel_at(j + P)
-            } else {
-                std::ptr::null()
-            };
-            let live = (n - j).min(P);
-            let mask: u16 = if live == P { u16::MAX } else { (1 << live) - 1 };
-            let mut r0 = 0;
-            while r0 < rows {
-                let ahead = if r0 == 0 { next } else { std::ptr::null() };
-                let at = (panel_at(j), ahead);
-                let first = i0 + r0;
+    each_panel(p, wi, |j, panel, next, mask| {
+        let mut r0 = 0;
+        while r0 < rows {
+            let at = (panel, if r0 == 0 { next } else { std::ptr::null() });
+            let (first, dst) = (i0 + r0, (j, mask));
+            // SAFETY: this fn's contract (the CPU runs the kernel, `out` is the plan's).
+            unsafe {
                 match (rows - r0).min(FULL_CALL_ROWS) {
-                    1 => call_full::<1, K>(p, at, first, (j, mask), out),
-                    2 => call_full::<2, K>(p, at, first, (j, mask), out),
-                    3 => call_full::<3, K>(p, at, first, (j, mask), out),
-                    4 => call_full::<4, K>(p, at, first, (j, mask), out),
-                    5 => call_full::<5, K>(p, at, first, (j, mask), out),
-                    6 => call_full::<6, K>(p, at, first, (j, mask), out),
-                    7 => call_full::<7, K>(p, at, first, (j, mask), out),
-                    _ => call_full::<8, K>(p, at, first, (j, mask), out),
+                    1 => call_full::<1, K>(p, at, first, dst, out),
+                    2 => call_full::<2, K>(p, at, first, dst, out),
+                    3 => call_full::<3, K>(p, at, first, dst, out),
+                    4 => call_full::<4, K>(p, at, first, dst, out),
+                    5 => call_full::<5, K>(p, at, first, dst, out),
+                    6 => call_full::<6, K>(p, at, first, dst, out),
+                    7 => call_full::<7, K>(p, at, first, dst, out),
+                    _ => call_full::<8, K>(p, at, first, dst, out),
                 }
-                r0 += FULL_CALL_ROWS;
             }
-            j += P;
+            r0 += FULL_CALL_ROWS;
         }
-    }
+    });
 }
 
 /// Activation rows `first..first + C` against a whole panel (AVX512-VNNI).
