@@ -414,7 +414,17 @@ mod tests {
         seqs: &[Seq<'_>],
         scalar: bool,
     ) -> Vec<f32> {
-        let pool = ThreadPool::new(2);
+        run_seqs_on::<E>(&ThreadPool::new(2), shape, bs, seqs, scalar)
+    }
+
+    /// [`run_seqs_in`] on the given pool.
+    fn run_seqs_on<E: KvElem>(
+        pool: &ThreadPool,
+        shape: AttnShape,
+        bs: usize,
+        seqs: &[Seq<'_>],
+        scalar: bool,
+    ) -> Vec<f32> {
         let kw = shape.n_kv_heads * shape.head_dim;
         let stride = seqs.iter().map(|s| s.2.len()).max().unwrap();
         let n_blocks = seqs.iter().flat_map(|s| s.2.iter()).max().unwrap() + 1;
@@ -443,9 +453,9 @@ mod tests {
         };
         let mut out = vec![f32::NAN; q.len()];
         if scalar {
-            paged_attention_scalar(&pool, &q, &kc, &vc, &meta, shape, &mut out);
+            paged_attention_scalar(pool, &q, &kc, &vc, &meta, shape, &mut out);
         } else {
-            paged_attention(&pool, &q, &kc, &vc, &meta, shape, &mut out);
+            paged_attention(pool, &q, &kc, &vc, &meta, shape, &mut out);
         }
         out
     }
@@ -697,5 +707,121 @@ mod tests {
                 .all(|(x, y)| x.to_bits() == y.to_bits()),
             "a decode row differs from the same row in a prefill tile"
         );
+    }
+
+    /// Panics naming the first output whose bits differ.
+    fn assert_bits(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+            panic!("{what}: output {i} is {} not {}", got[i], want[i]);
+        }
+    }
+
+    /// Decode rows too few for the pool are split over key and lane ranges (the tiled path's
+    /// `split`): at 2, 3 and 4 threads every output has the bits of one thread (never split),
+    /// of the same row among 12 decode rows (one item per sequence), of the same query as the
+    /// last row of a prefill chunk (query tiles, blocks widened first), and of each row alone
+    /// when two split rows share a step; and it matches the scalar reference. Groups of 3
+    /// (SmolLM2's 9 / 3), 4 (3 + 1 heads a pass) and 2 heads, head sizes 64, 128 and 72 (a last
+    /// 8-lane chunk), contexts that end inside a key block.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn split_decode_rows_keep_every_bit() {
+        if !(crate::quant::detected_isa() == crate::quant::Isa::Avx2) {
+            eprintln!("no tiled attention on this CPU");
+            return;
+        }
+        let pools: Vec<ThreadPool> = (1..=4).map(ThreadPool::new).collect();
+        for (n_heads, n_kv_heads, head_dim, len) in [
+            (9, 3, 64, 1000),
+            (8, 2, 128, 333),
+            (6, 2, 72, 517),
+            (4, 1, 24, 290),
+            (12, 4, 64, 75),
+        ] {
+            let shape = AttnShape {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                scale: 0.09,
+            };
+            let (qw, kw, bs) = (n_heads * head_dim, n_kv_heads * head_dim, 16);
+            let val = |i: usize, m: usize| ((i * m % 67) as f32 - 33.0) * 0.029;
+            let k: Vec<f32> = (0..len * kw).map(|i| val(i, 7)).collect();
+            let v: Vec<f32> = (0..len * kw).map(|i| val(i, 11)).collect();
+            // Blocks out of order, so offsets come from the table.
+            let table: Vec<u32> = (0..len.div_ceil(bs) as u32).rev().collect();
+            let chunk = 3;
+            let qs: Vec<f32> = (0..chunk * qw).map(|i| val(i, 13)).collect();
+            let last = &qs[(chunk - 1) * qw..];
+            let row = (&k[..], &v[..], &table[..], 1, last);
+            let name = format!("{n_heads}/{n_kv_heads} heads of {head_dim}, {len} keys");
+
+            let one = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[row], false);
+            let scalar = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[row], true);
+            for (g, w) in one.iter().zip(&scalar) {
+                assert!((g - w).abs() < 1e-5, "{name}: {g} vs scalar {w}");
+            }
+            let prefill = run_seqs_on::<half::f16>(
+                &pools[1],
+                shape,
+                bs,
+                &[(&k, &v, &table, chunk, &qs)],
+                false,
+            );
+            assert_bits(
+                &prefill[(chunk - 1) * qw..],
+                &one,
+                &format!("{name}: prefill"),
+            );
+            let other: Vec<f32> = (0..qw).map(|i| val(i, 17)).collect();
+            let many: Vec<Seq<'_>> = (0..12)
+                .map(|s| {
+                    (
+                        &k[..],
+                        &v[..],
+                        &table[..],
+                        1,
+                        if s == 5 { last } else { &other[..] },
+                    )
+                })
+                .collect();
+            let batch = run_seqs_on::<half::f16>(&pools[1], shape, bs, &many, false);
+            assert_bits(&batch[5 * qw..6 * qw], &one, &format!("{name}: among 12"));
+
+            // A second, shorter row and the same pair of rows at every thread count.
+            let short = (
+                &k[..(len / 2) * kw],
+                &v[..(len / 2) * kw],
+                &table[..],
+                1,
+                &other[..],
+            );
+            let short_alone = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[short], false);
+            for (t, pool) in pools.iter().enumerate().skip(1) {
+                let before = tiled::splits_here();
+                let split = run_seqs_on::<half::f16>(pool, shape, bs, &[row], false);
+                // Split below 2 KV groups per thread.
+                let expect = usize::from(n_kv_heads < 2 * (t + 1));
+                assert_eq!(
+                    tiled::splits_here(),
+                    before + expect,
+                    "{name}: {} threads",
+                    t + 1
+                );
+                assert_bits(&split, &one, &format!("{name}: {} threads", t + 1));
+                let pair = run_seqs_on::<half::f16>(pool, shape, bs, &[short, row], false);
+                assert_bits(
+                    &pair[..qw],
+                    &short_alone,
+                    &format!("{name}: pair, {} threads", t + 1),
+                );
+                assert_bits(
+                    &pair[qw..],
+                    &one,
+                    &format!("{name}: pair, {} threads", t + 1),
+                );
+            }
+        }
     }
 }
