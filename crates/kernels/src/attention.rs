@@ -20,6 +20,16 @@ use crate::quant;
 #[cfg(target_arch = "x86_64")]
 mod tiled;
 
+/// Allows (the default, unless the environment sets `OXLLM_ATTN_SPLIT=0`) or forbids, for the
+/// whole process, splitting a decode step's attention over key and lane ranges when its rows
+/// are too few for the pool. Results are the same bits either way; for A/B timings only.
+pub fn set_decode_split(on: bool) {
+    #[cfg(target_arch = "x86_64")]
+    tiled::set_split_allowed(on);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = on;
+}
+
 /// Where each sequence's tokens live, in the flat form a runner keeps in plain buffers.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnMetadata<'a> {

@@ -37,6 +37,8 @@ use crate::scratch::Scratch;
 mod direct_avx2;
 mod split;
 
+pub(super) use split::set_allowed as set_split_allowed;
+
 #[cfg(test)]
 pub(super) use split::splits_here;
 
@@ -371,9 +373,9 @@ impl<E: KvElem> Tile<'_, E> {
                             let heads = &outs[h..(h + MAX_DIRECT_HEADS).min((g + 1) * gs)];
                             let w = (sc.add(h * self.stride), self.stride);
                             if self.direct == Direct::Avx512 {
-                                values_direct(self, heads, g, (p0, pe), w, (0, hd));
+                                values_direct(self, heads, g, (p0, pe), w);
                             } else {
-                                direct_avx2::values(self, heads, g, (p0, pe), w, (0, hd));
+                                direct_avx2::values(self, heads, g, (p0, pe), w);
                             }
                         }
                     }
@@ -586,11 +588,10 @@ unsafe fn scores_direct<E: KvElem>(
 }
 
 /// `out_h += w_h(p) * v_p` for keys `p0..pe` of KV head `g` and the group's heads (`outs`, at
-/// most [`MAX_DIRECT_HEADS`]), over lanes `d_start..d_end` of the head (multiples of 16, or
-/// `d_end` the head size), values read in place 64 lanes at a time in 512-bit chunks, each
+/// most [`MAX_DIRECT_HEADS`]), values read in place 64 lanes at a time in 512-bit chunks, each
 /// chunk converted once for every head. Every lane runs `axpy`'s fma chain (p ascending from
-/// the output's value), so the lane width and which lanes share a pass change no bit. `w`:
-/// the first head's weight row and the stride.
+/// the output's value), so the lane width changes no bit. `w`: the first head's weight row and
+/// the stride.
 ///
 /// # Safety
 /// As [`scores_direct`].
@@ -602,7 +603,6 @@ unsafe fn values_direct<E: KvElem>(
     g: usize,
     (p0, pe): (usize, usize),
     (w0, stride): (*const f32, usize),
-    (d_start, d_end): (usize, usize),
 ) {
     unsafe {
         // SAFETY: every operation below relies only on this fn's contract
@@ -611,9 +611,9 @@ unsafe fn values_direct<E: KvElem>(
         const NC: usize = 4;
         let hd = t.head_dim;
         let n = outs.len();
-        let mut d0 = d_start;
-        while d0 + 16 <= d_end {
-            let nc = ((d_end - d0) / 16).min(NC);
+        let mut d0 = 0;
+        while d0 + 16 <= hd {
+            let nc = ((hd - d0) / 16).min(NC);
             let mut acc = [[_mm512_setzero_ps(); NC]; MAX_DIRECT_HEADS];
             for (h, acc) in acc.iter_mut().enumerate().take(n) {
                 for (c, a) in acc.iter_mut().enumerate().take(nc) {
@@ -621,8 +621,8 @@ unsafe fn values_direct<E: KvElem>(
                 }
             }
             for p in p0..pe {
-                if d0 == d_start {
-                    t.prefetch_span::<_MM_HINT_T0>(p, true, g * hd + d_start, d_end - d_start);
+                if d0 == 0 {
+                    t.prefetch_ahead(p, g, true);
                 }
                 let vr = t.v.add(t.offs[p] + g * hd + d0);
                 let mut w = [_mm512_setzero_ps(); MAX_DIRECT_HEADS];
@@ -643,7 +643,7 @@ unsafe fn values_direct<E: KvElem>(
             }
             d0 += 16 * nc;
         }
-        if d0 < d_end {
+        if d0 < hd {
             // The last 8 lanes of a head size that is an odd multiple of 8.
             let mut acc = [_mm256_setzero_ps(); MAX_DIRECT_HEADS];
             for (h, a) in acc.iter_mut().enumerate().take(n) {

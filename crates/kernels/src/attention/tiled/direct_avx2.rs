@@ -100,8 +100,7 @@ unsafe fn scores_n<E: KvElem, const N: usize>(
 }
 
 /// `out_h += w_h(p) * v_p` for keys `p0..pe` of KV head `g` and the group's heads (`outs`, at
-/// most [`MAX_DIRECT_HEADS`]), over lanes `d_start..d_end` of the head (multiples of 8);
-/// `w`: the first head's weight row and the stride.
+/// most [`MAX_DIRECT_HEADS`]); `w`: the first head's weight row and the stride.
 ///
 /// # Safety
 /// See the module's contract.
@@ -112,15 +111,14 @@ pub(super) unsafe fn values<E: KvElem>(
     g: usize,
     keys: (usize, usize),
     w: (*const f32, usize),
-    (d_start, d_end): (usize, usize),
 ) {
     unsafe {
         // SAFETY: the module's contract, upheld by the caller.
-        let mut d0 = d_start;
-        while d0 < d_end {
-            let nc = ((d_end - d0) / 8).min(CHUNKS);
-            // The first pass over the rows asks for the lanes of every pass.
-            let at = (g, d0, (d0 == d_start).then_some((d_start, d_end)));
+        let hd = t.head_dim;
+        let mut d0 = 0;
+        while d0 < hd {
+            let nc = ((hd - d0) / 8).min(CHUNKS);
+            let at = (g, d0);
             match (outs.len(), nc) {
                 (1, 1) => values_n::<E, 1, 1>(t, outs, at, keys, w),
                 (1, 2) => values_n::<E, 1, 2>(t, outs, at, keys, w),
@@ -137,14 +135,13 @@ pub(super) unsafe fn values<E: KvElem>(
     }
 }
 
-/// Lanes `d0..d0 + 8 * NC` of [`values`] for `N` heads; `ask`: lanes of the value rows to
-/// ask for a block ahead.
+/// Lanes `d0..d0 + 8 * NC` of [`values`] for `N` heads.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn values_n<E: KvElem, const N: usize, const NC: usize>(
     t: &Tile<'_, E>,
     outs: &[*mut f32],
-    (g, d0, ask): (usize, usize, Option<(usize, usize)>),
+    (g, d0): (usize, usize),
     (p0, pe): (usize, usize),
     (w0, stride): (*const f32, usize),
 ) {
@@ -160,8 +157,8 @@ unsafe fn values_n<E: KvElem, const N: usize, const NC: usize>(
             }
         }
         for p in p0..pe {
-            if let Some((a, b)) = ask {
-                t.prefetch_span::<_MM_HINT_T1>(p, true, g * hd + a, b - a);
+            if d0 == 0 {
+                t.prefetch_span::<_MM_HINT_T1>(p, true, g * hd, hd);
             }
             let vr = t.v.add(t.offs[p] + g * hd + d0);
             let mut w = [_mm256_setzero_ps(); N];

@@ -3,15 +3,17 @@
 //! threads makes 3 items, so one thread does two while the other waits; with 8 KV heads on 16
 //! threads half the cores wait.
 //!
-//! A split step runs in two joins of the pool:
-//! - scores: an item is (row, KV head, range of keys); every key's score is computed alone
-//!   (its own fma chain and reduction tree, whatever keys share its pass), so the ranges
-//!   change no bit. The thread that finishes the last key range of a KV group then runs the
-//!   softmax of the group's heads over their whole rows: the call, on the same values, that
-//!   the unsplit tile makes.
-//! - values: an item is (row, KV head, range of head lanes); every output lane is its own fma
-//!   chain over the keys in ascending order starting from zero, so which lanes share a pass
-//!   changes no bit.
+//! One join of the pool runs two kinds of items from one list:
+//! - scores: (row, KV head, range of keys). Every key's score is computed alone (its own fma
+//!   chain and reduction tree, whatever keys share its pass), so the ranges change no bit. The
+//!   thread that finishes the last range of a KV group then runs the softmax of the group's
+//!   heads over their whole rows: the call, on the same values, that the unsplit tile makes.
+//! - values: (row, KV head), all heads and lanes of the group as in the unsplit tile (each
+//!   lane's fma chain over the keys is sequential, so cutting lanes apart only shortened the
+//!   independent chains per pass and measured slower). A value item waits for its group's
+//!   softmax; it is listed `threads` score items after the group's last range, so by the time
+//!   a thread takes it the ranges are done in the common case, and the score ranges of later
+//!   groups fill the threads around the value items.
 //!
 //! So a split row has the bits of the unsplit tile at any thread count (tested against one
 //! thread, a batch of decode rows and the same query in a prefill chunk). Taken only by steps
@@ -20,7 +22,7 @@
 //! at least [`MIN_CONTEXT`] keys; everything it keeps between calls is sized by a warm step.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
     direct_available, direct_avx2, scores_direct, values_direct, AttnMetadata, AttnShape, Direct,
@@ -33,11 +35,11 @@ use crate::scratch::Scratch;
 /// A step is split when it has fewer KV groups (rows × KV heads) than this per thread.
 const ITEMS_PER_THREAD: usize = 2;
 /// ... and its longest row sees at least this many keys.
-const MIN_CONTEXT: usize = 0;
-/// Key-range items per thread the score part aims at (the last ones balance the threads).
+const MIN_CONTEXT: usize = 64;
+/// Key-range items per thread the score items aim at (the last ones balance the threads).
 const RANGES_PER_THREAD: usize = 4;
-/// Lane-range items per thread the value part aims at.
-const PARTS_PER_THREAD: usize = 2;
+/// Marks a value item (`[row, VALUES | KV head, 0, 0]`).
+const VALUES: u32 = 1 << 31;
 
 /// One decode row of a split step.
 struct Row {
@@ -54,21 +56,22 @@ struct Row {
 /// A split step's work, kept per calling thread for its capacity.
 struct Plan {
     rows: Vec<Row>,
-    /// Score items: [row, KV head, first key, end key].
-    keys: Vec<[u32; 4]>,
-    /// Value items: [row, KV head, first lane, end lane].
-    lanes: Vec<[u32; 4]>,
-    /// Key ranges of each (row, KV head) not finished yet.
+    /// Score items `[row, KV head, first key, end key]` and value items, in the order threads
+    /// take them.
+    items: Vec<[u32; 4]>,
+    /// Per (row, KV head): 1 + its key ranges not finished yet; 0 once its softmax is done.
     left: Vec<AtomicU32>,
+    /// Per (row, KV head): score items listed up to its last one.
+    ends: Vec<usize>,
 }
 
 thread_local! {
     static PLAN: RefCell<Plan> = const {
         RefCell::new(Plan {
             rows: Vec::new(),
-            keys: Vec::new(),
-            lanes: Vec::new(),
+            items: Vec::new(),
             left: Vec::new(),
+            ends: Vec::new(),
         })
     };
 }
@@ -83,6 +86,26 @@ thread_local! {
 #[cfg(test)]
 pub(in crate::attention) fn splits_here() -> usize {
     SPLITS.with(|c| c.get())
+}
+
+/// Whether steps may be split: on unless `OXLLM_ATTN_SPLIT=0`, or as last set by
+/// [`set_allowed`] (both for A/B runs).
+fn allowed() -> bool {
+    let v = ALLOWED.load(Ordering::Relaxed);
+    if v != UNSET {
+        return v == 1;
+    }
+    let on = std::env::var("OXLLM_ATTN_SPLIT").map_or(true, |v| v != "0");
+    let _ = ALLOWED.compare_exchange(UNSET, u8::from(on), Ordering::Relaxed, Ordering::Relaxed);
+    ALLOWED.load(Ordering::Relaxed) == 1
+}
+
+const UNSET: u8 = 2;
+static ALLOWED: AtomicU8 = AtomicU8::new(UNSET);
+
+/// Allows or forbids split steps for the whole process from now on.
+pub(in crate::attention) fn set_allowed(on: bool) {
+    ALLOWED.store(u8::from(on), Ordering::Relaxed);
 }
 
 /// Runs the step split if it is one this module takes (see the module doc) and says whether
@@ -104,7 +127,7 @@ pub(super) fn run<E: KvElem>(
         ..
     } = shape;
     let group = n_heads / n_kv_heads;
-    if E::IS_F32 || threads < 2 || group < 2 || group > QT {
+    if E::IS_F32 || threads < 2 || !(2..=QT).contains(&group) || !allowed() {
         return false;
     }
     let cap = meta.block_table_stride * meta.block_size;
@@ -114,15 +137,14 @@ pub(super) fn run<E: KvElem>(
         // Bounds of every list below (items: see `plan_items`), reserved on every call so
         // that a warm step leaves them large enough for any later one.
         plan.rows.clear();
-        plan.keys.clear();
-        plan.lanes.clear();
+        plan.items.clear();
         plan.left.clear();
+        plan.ends.clear();
         plan.rows.reserve(max_rows);
+        plan.items
+            .reserve((RANGES_PER_THREAD + 2 * ITEMS_PER_THREAD) * threads);
         plan.left.reserve(ITEMS_PER_THREAD * threads);
-        plan.keys
-            .reserve((RANGES_PER_THREAD + ITEMS_PER_THREAD) * threads);
-        plan.lanes
-            .reserve(2 * (PARTS_PER_THREAD + ITEMS_PER_THREAD) * threads);
+        plan.ends.reserve(ITEMS_PER_THREAD * threads);
         if pool.all_join() && max_rows > 0 {
             // A warm step: grow this thread's spares to the split's shared buffers now.
             let _scores = Scratch::<f32>::take_dirty(max_rows * n_heads * cap);
@@ -195,36 +217,49 @@ fn plan_rows(
     true
 }
 
-/// Fills the score and value items of `plan.rows`: with G groups (< ITEMS_PER_THREAD * T),
-/// at most `G * ceil(RANGES_PER_THREAD * T / G)` key ranges and `2 * G * ceil(PARTS_PER_THREAD
-/// * T / G)` lane ranges, within the capacity `run` reserves.
+/// Fills the items of `plan.rows`: with G groups (< ITEMS_PER_THREAD * T), at most
+/// `G * ceil(RANGES_PER_THREAD * T / G)` score items and G value items, within the capacity
+/// `run` reserves. Group k's value item comes `threads` score items after its last range
+/// (or at the end).
 fn plan_items(plan: &mut Plan, shape: AttnShape, threads: usize) {
-    let (n_kv_heads, hd) = (shape.n_kv_heads, shape.head_dim);
-    let groups = plan.rows.len() * n_kv_heads;
-    let ranges = (RANGES_PER_THREAD * threads).div_ceil(groups);
-    // Lanes in units a value pass takes whole: AVX-512 16-lane chunks; AVX2 passes of
-    // three 8-lane chunks (each pass reads the value rows again, so a cut there is free).
-    let unit = if direct_available() { 16 } else { 24 };
-    let units = hd.div_ceil(unit);
-    let parts = (PARTS_PER_THREAD * threads).div_ceil(groups).min(units);
-    let part = unit * (units / parts);
-    for (i, r) in plan.rows.iter().enumerate() {
+    let n_kv_heads = shape.n_kv_heads;
+    let Plan {
+        rows,
+        items,
+        left,
+        ends,
+    } = plan;
+    let ranges = (RANGES_PER_THREAD * threads).div_ceil(rows.len() * n_kv_heads);
+    let values = |k: usize| {
+        [
+            (k / n_kv_heads) as u32,
+            VALUES | (k % n_kv_heads) as u32,
+            0,
+            0,
+        ]
+    };
+    // Groups before `due` have their value item listed; score items listed so far.
+    let (mut due, mut scores) = (0, 0);
+    for (i, r) in rows.iter().enumerate() {
         let len = r
             .ctx
             .div_ceil(ranges.min(r.ctx.div_ceil(KB)))
             .next_multiple_of(KB);
         for g in 0..n_kv_heads {
-            plan.left.push(AtomicU32::new(r.ctx.div_ceil(len) as u32));
+            left.push(AtomicU32::new(1 + r.ctx.div_ceil(len) as u32));
             for k0 in (0..r.ctx).step_by(len) {
                 let k1 = (k0 + len).min(r.ctx);
-                plan.keys.push([i as u32, g as u32, k0 as u32, k1 as u32]);
+                items.push([i as u32, g as u32, k0 as u32, k1 as u32]);
+                scores += 1;
+                while due < ends.len() && ends[due] + threads <= scores {
+                    items.push(values(due));
+                    due += 1;
+                }
             }
-            for d0 in (0..hd).step_by(part) {
-                let d1 = (d0 + part).min(hd);
-                plan.lanes.push([i as u32, g as u32, d0 as u32, d1 as u32]);
-            }
+            ends.push(scores);
         }
     }
+    items.extend((due..ends.len()).map(values));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -291,27 +326,56 @@ fn run_plan<E: KvElem>(
             .map(move |h| (h, MAX_DIRECT_HEADS.min((g + 1) * group - h)))
     };
 
-    let shared = SharedMut::new(&mut scores[..n_heads * last]);
+    let scores = SharedMut::new(&mut scores[..n_heads * last]);
+    let out = SharedMut::new(out);
     let next = AtomicUsize::new(0);
     pool.run_dynamic(|_, _| loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(&item) = plan.keys.get(i) else {
+        let Some(&[r, g, k0, k1]) = plan.items.get(i) else {
             break;
         };
-        let [r, g, k0, k1] = item.map(|x| x as usize);
+        let (r, k0, k1) = (r as usize, k0 as usize, k1 as usize);
         let row = &plan.rows[r];
         let t = tile(row);
+        if g & VALUES != 0 {
+            let g = (g & !VALUES) as usize;
+            wait_for_softmax(&plan.left[r * n_kv_heads + g]);
+            for p0 in (0..row.ctx).step_by(KB) {
+                let pe = (p0 + KB).min(row.ctx);
+                for (h, n) in batches(g) {
+                    let outs: [*mut f32; MAX_DIRECT_HEADS] = std::array::from_fn(|j| {
+                        out.ptr_at(row.t * q_width + (h + j.min(n - 1)) * hd)
+                    });
+                    let w = (
+                        scores.ptr_at(row.scores + h * row.ctx).cast_const(),
+                        row.ctx,
+                    );
+                    // SAFETY: AVX2+FMA+F16C checked by the tiled path's caller (AVX-512VL
+                    // by `direct_available`); every offset was bounds-checked above; this
+                    // item alone writes these heads' output rows (hd floats each, inside
+                    // `out`); it reads weight rows (inside `scores`) that nothing writes
+                    // after the group's softmax, which it waited for.
+                    unsafe {
+                        if direct == Direct::Avx512 {
+                            values_direct(&t, &outs[..n], g, (p0, pe), w);
+                        } else {
+                            direct_avx2::values(&t, &outs[..n], g, (p0, pe), w);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        let g = g as usize;
         for p0 in (k0..k1).step_by(KB) {
             let pe = (p0 + KB).min(k1);
             for (h, n) in batches(g) {
                 let qs: [*const f32; MAX_DIRECT_HEADS] = std::array::from_fn(|j| {
                     q[row.t * q_width + (h + j.min(n - 1)) * hd..].as_ptr()
                 });
-                let rows = (shared.ptr_at(row.scores + h * row.ctx), row.ctx);
-                // SAFETY: AVX2+FMA+F16C checked by the tiled path's caller (AVX-512VL by
-                // `direct_available`); every offset was bounds-checked above; each query row
-                // holds hd floats; this item alone writes keys k0..k1 of these heads' score
-                // rows, which lie inside the shared buffer.
+                let rows = (scores.ptr_at(row.scores + h * row.ctx), row.ctx);
+                // SAFETY: as for the values; each query row holds hd floats; this item
+                // alone writes keys k0..k1 of these heads' score rows, inside `scores`.
                 unsafe {
                     if direct == Direct::Avx512 {
                         scores_direct(&t, &qs[..n], g, (p0, pe), rows);
@@ -321,45 +385,31 @@ fn run_plan<E: KvElem>(
                 }
             }
         }
-        // The last key range of the group to finish runs its softmax; AcqRel makes every
-        // other range's scores visible to it.
-        if plan.left[r * n_kv_heads + g].fetch_sub(1, Ordering::AcqRel) == 1 {
+        // The last range of the group to finish runs its softmax; AcqRel makes every other
+        // range's scores visible to it, and the Release store its weights to value items.
+        let left = &plan.left[r * n_kv_heads + g];
+        if left.fetch_sub(1, Ordering::AcqRel) == 2 {
             for h in g * group..(g + 1) * group {
-                // SAFETY: every key range of this group has finished writing, and nothing
-                // else touches these rows until the pool's join.
-                softmax_in_place(unsafe { shared.slice(row.scores + h * row.ctx, row.ctx) });
+                // SAFETY: every range of this group has finished writing, and its value
+                // item reads these rows only after the store below.
+                softmax_in_place(unsafe { scores.slice(row.scores + h * row.ctx, row.ctx) });
             }
+            left.store(0, Ordering::Release);
         }
     });
+}
 
-    let scores = &scores[..];
-    let out = SharedMut::new(out);
-    let next = AtomicUsize::new(0);
-    pool.run_dynamic(|_, _| loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(&item) = plan.lanes.get(i) else {
-            break;
-        };
-        let [r, g, d0, d1] = item.map(|x| x as usize);
-        let row = &plan.rows[r];
-        let t = tile(row);
-        for p0 in (0..row.ctx).step_by(KB) {
-            let pe = (p0 + KB).min(row.ctx);
-            for (h, n) in batches(g) {
-                let outs: [*mut f32; MAX_DIRECT_HEADS] =
-                    std::array::from_fn(|j| out.ptr_at(row.t * q_width + (h + j.min(n - 1)) * hd));
-                let w = scores[row.scores + h * row.ctx..].as_ptr();
-                // SAFETY: as for the scores; this item alone writes lanes d0..d1 of these
-                // heads' output rows (hd floats each, inside `out`), and reads weights the
-                // score part finished before its join.
-                unsafe {
-                    if direct == Direct::Avx512 {
-                        values_direct(&t, &outs[..n], g, (p0, pe), (w, row.ctx), (d0, d1));
-                    } else {
-                        direct_avx2::values(&t, &outs[..n], g, (p0, pe), (w, row.ctx), (d0, d1));
-                    }
-                }
-            }
+/// Waits until a group's softmax is done. Its ranges were all taken before its value item
+/// (the list's order), by threads that are running them, so the wait ends; it spins first
+/// (the ranges usually finish within microseconds), then yields the core to them.
+fn wait_for_softmax(left: &AtomicU32) {
+    let mut spins = 0u32;
+    while left.load(Ordering::Acquire) != 0 {
+        if spins < 1 << 12 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
-    });
+    }
 }
