@@ -71,14 +71,16 @@ fn write_u32(b: &mut dyn Backend, buf: oxllm_runtime::BufRef, data: &[u32]) {
     mem.u32_mut("test", buf).unwrap().copy_from_slice(data);
 }
 
-fn dense_decode_replay_allocates_nothing() {
+/// `seqs` sequences decode at positions `first_pos + s` over a cache of `kind` values.
+fn dense_decode_replay_allocates_nothing(seqs: usize, first_pos: u32, kind: BufKind) {
     let (_, model) = load_model(&smollm2()).unwrap();
     let model = model.dense_shared().unwrap().clone();
-    let (seqs, block_size, num_blocks, stride) = (4usize, 16usize, 64usize, 8usize);
+    let (block_size, num_blocks, stride) = (16usize, 64usize, 8usize);
     let mut b = CpuBackend::new(2);
     b.load_weights(model.clone()).unwrap();
-    let kv = KvBuffers::alloc(
+    let kv = KvBuffers::alloc_of(
         &mut b,
+        kind,
         model.layers.len(),
         num_blocks,
         block_size,
@@ -109,18 +111,24 @@ fn dense_decode_replay_allocates_nothing() {
     record(&mut b);
     let plan = b.end_capture().unwrap();
 
-    // Sequence s decodes its token at position 3 + s, in block s + 1.
+    // Sequence s decodes its token at position first_pos + s; its blocks are
+    // 1 + s * stride.. (block 0 is the null block).
     let tokens: Vec<u32> = (0..seqs as u32).map(|s| 100 + 37 * s).collect();
-    let positions: Vec<u32> = (0..seqs as u32).map(|s| 3 + s).collect();
-    let slots: Vec<i32> = (0..seqs as i32)
-        .map(|s| (s + 1) * block_size as i32 + 3 + s)
+    let positions: Vec<u32> = (0..seqs as u32).map(|s| first_pos + s).collect();
+    let mut tables = vec![0u32; seqs * stride];
+    for (s, t) in tables.chunks_mut(stride).enumerate() {
+        for (i, b) in t.iter_mut().enumerate() {
+            *b = (1 + s * stride + i) as u32;
+        }
+    }
+    let slots: Vec<i32> = (0..seqs)
+        .map(|s| {
+            let p = positions[s] as usize;
+            (tables[s * stride + p / block_size] as usize * block_size + p % block_size) as i32
+        })
         .collect();
     let qsl: Vec<u32> = (0..=seqs as u32).collect();
     let lens: Vec<u32> = positions.iter().map(|p| p + 1).collect();
-    let mut tables = vec![0u32; seqs * stride];
-    for s in 0..seqs {
-        tables[s * stride] = s as u32 + 1;
-    }
     write_u32(&mut b, view.token_ids, &tokens);
     write_u32(&mut b, view.positions, &positions);
     {
@@ -177,7 +185,10 @@ fn dense_decode_replay_allocates_nothing() {
     assert!(sampled
         .iter()
         .all(|&t| (t as usize) < model.config.vocab_size));
-    assert_eq!(allocs, 0, "replay allocated {allocs} times");
+    assert_eq!(
+        allocs, 0,
+        "{seqs} rows at {first_pos}, {kind:?} cache: replay allocated {allocs} times"
+    );
 }
 
 fn tiny(dir: &str) -> PathBuf {
@@ -285,7 +296,10 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
 /// else may run beside it (not even the test harness printing another test's result).
 #[test]
 fn replaying_captured_decode_plans_allocates_nothing() {
-    dense_decode_replay_allocates_nothing();
+    dense_decode_replay_allocates_nothing(4, 3, BufKind::F32);
+    // One row over 3 KV heads, 2 threads, 100 keys, a half-float cache: the split decode
+    // attention (`kernels::attention`), whose shared buffers the warm step sizes.
+    dense_decode_replay_allocates_nothing(1, 100, BufKind::F16);
     for dir in ["qwen3-next-f32", "qwen3.5-f32", "qwen3-moe-f32"] {
         hybrid_decode_replay_allocates_nothing(dir);
     }

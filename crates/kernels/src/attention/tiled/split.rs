@@ -22,7 +22,7 @@
 //! at least [`MIN_CONTEXT`] keys; everything it keeps between calls is sized by a warm step.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
     direct_available, direct_avx2, scores_direct, values_direct, AttnMetadata, AttnShape, Direct,
@@ -329,7 +329,9 @@ fn run_plan<E: KvElem>(
     let scores = SharedMut::new(&mut scores[..n_heads * last]);
     let out = SharedMut::new(out);
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     pool.run_dynamic(|_, _| loop {
+        let _unwinding = Failed(&failed);
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&[r, g, k0, k1]) = plan.items.get(i) else {
             break;
@@ -339,7 +341,7 @@ fn run_plan<E: KvElem>(
         let t = tile(row);
         if g & VALUES != 0 {
             let g = (g & !VALUES) as usize;
-            wait_for_softmax(&plan.left[r * n_kv_heads + g]);
+            wait_for_softmax(&plan.left[r * n_kv_heads + g], &failed);
             for p0 in (0..row.ctx).step_by(KB) {
                 let pe = (p0 + KB).min(row.ctx);
                 for (h, n) in batches(g) {
@@ -399,12 +401,27 @@ fn run_plan<E: KvElem>(
     });
 }
 
+/// Sets its flag when dropped by a panic: an item of the step failed.
+struct Failed<'a>(&'a AtomicBool);
+
+impl Drop for Failed<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Waits until a group's softmax is done. Its ranges were all taken before its value item
-/// (the list's order), by threads that are running them, so the wait ends; it spins first
-/// (the ranges usually finish within microseconds), then yields the core to them.
-fn wait_for_softmax(left: &AtomicU32) {
+/// (the list's order), by threads that are running them, so the wait ends, unless one of
+/// them panics (`failed`): then this panics too, and the pool passes the first panic on. It
+/// spins first (the ranges usually finish within microseconds), then yields the core.
+fn wait_for_softmax(left: &AtomicU32, failed: &AtomicBool) {
     let mut spins = 0u32;
     while left.load(Ordering::Acquire) != 0 {
+        if failed.load(Ordering::Relaxed) {
+            panic!("a score item of the split decode attention panicked");
+        }
         if spins < 1 << 12 {
             spins += 1;
             std::hint::spin_loop();
