@@ -181,7 +181,9 @@ pub fn store_kv<E: KvElem>(
 /// sequences of the batch (each query's scores, softmax and value sum run the same operations
 /// in the same order, whatever tile it lands in). On AVX2 with `head_dim % 8 == 0`, work items
 /// are (sequence, head, tile of up to 8 consecutive queries): the tile shares every K and V
-/// row it loads, one block of keys at a time; elsewhere [`paged_attention_scalar`].
+/// row it loads, one block of keys at a time; decode rows too few for the pool are split
+/// further, over key ranges (same bits; see `tiled/split.rs`); elsewhere
+/// [`paged_attention_scalar`].
 pub fn paged_attention<E: KvElem>(
     pool: &ThreadPool,
     q: &[f32],
@@ -820,14 +822,17 @@ mod tests {
                     t + 1
                 );
                 assert_bits(&split, &one, &format!("{name}: {} threads", t + 1));
-                let pair = run_seqs_on::<half::f16>(pool, shape, bs, &[short, row], false);
+                // With a padding row (no context) after them, which stays zero.
+                let pad = (&[][..], &[][..], &[][..], 1, &other[..]);
+                let pair = run_seqs_on::<half::f16>(pool, shape, bs, &[short, row, pad], false);
+                assert!(pair[2 * qw..].iter().all(|&x| x == 0.0), "{name}: padding");
                 assert_bits(
                     &pair[..qw],
                     &short_alone,
                     &format!("{name}: pair, {} threads", t + 1),
                 );
                 assert_bits(
-                    &pair[qw..],
+                    &pair[qw..2 * qw],
                     &one,
                     &format!("{name}: pair, {} threads", t + 1),
                 );

@@ -2,7 +2,8 @@
 //!
 //! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence), or,
 //! for a sequence with a single query row (decode), (sequence, KV head) with the heads of that
-//! KV group as the tile's queries, so K/V rows are read once per group.
+//! KV group as the tile's queries, so K/V rows are read once per group. A step of too few
+//! decode rows for the pool runs [`split`] instead (its scores over key ranges).
 //! Keys are visited in blocks of [`KB`]; each K row of a block is loaded once for all the
 //! tile's queries, and so is each V row. Per query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
