@@ -75,7 +75,7 @@ fn write_u32(b: &mut dyn Backend, buf: oxllm_runtime::BufRef, data: &[u32]) {
 fn dense_decode_replay_allocates_nothing(seqs: usize, first_pos: u32, kind: BufKind) {
     let (_, model) = load_model(&smollm2()).unwrap();
     let model = model.dense_shared().unwrap().clone();
-    let (block_size, num_blocks, stride) = (16usize, 64usize, 8usize);
+    let (block_size, num_blocks, stride) = (16usize, 192usize, 40usize);
     let mut b = CpuBackend::new(2);
     b.load_weights(model.clone()).unwrap();
     let kv = KvBuffers::alloc_of(
@@ -297,9 +297,9 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
 #[test]
 fn replaying_captured_decode_plans_allocates_nothing() {
     dense_decode_replay_allocates_nothing(4, 3, BufKind::F32);
-    // One row over 3 KV heads, 2 threads, 100 keys, a half-float cache: the split decode
+    // One row over 3 KV heads, 2 threads, 601 keys, a half-float cache: the split decode
     // attention (`kernels::attention`), whose shared buffers the warm step sizes.
-    dense_decode_replay_allocates_nothing(1, 100, BufKind::F16);
+    dense_decode_replay_allocates_nothing(1, 600, BufKind::F16);
     for dir in ["qwen3-next-f32", "qwen3.5-f32", "qwen3-moe-f32"] {
         hybrid_decode_replay_allocates_nothing(dir);
     }
