@@ -36,8 +36,8 @@ use crate::scratch::Scratch;
 const ITEMS_PER_THREAD: usize = 2;
 /// ... and its longest row sees at least this many keys: below, the split's own costs (the
 /// offsets listed by one thread, the softmax waits) outweighed the balance on 2 threads
-/// (SmolLM2's shape, `attention_b16_best`: 2-4% slower at 128 and 256 keys, 4-5% faster at
-/// 512; docs/BENCHMARKS.md, "split decode attention").
+/// (SmolLM2's shape, `attention_b16_best`: 2-4% slower at 256 keys, mixed at 128, up to 5%
+/// faster at 512; docs/BENCHMARKS.md, "split decode attention").
 pub(in crate::attention) const MIN_CONTEXT: usize = 512;
 /// Key-range items per thread the score items aim at (the last ones balance the threads).
 const RANGES_PER_THREAD: usize = 4;
