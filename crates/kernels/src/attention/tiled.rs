@@ -41,7 +41,7 @@ mod split;
 pub(super) use split::set_allowed as set_split_allowed;
 
 #[cfg(test)]
-pub(super) use split::{splits_here, MIN_CONTEXT as SPLIT_MIN_CONTEXT};
+pub(super) use split::{allowed as split_allowed, splits_here, MIN_CONTEXT as SPLIT_MIN_CONTEXT};
 
 /// Queries per tile.
 const QT: usize = 8;

@@ -93,7 +93,7 @@ pub(in crate::attention) fn splits_here() -> usize {
 
 /// Whether steps may be split: on unless `OXLLM_ATTN_SPLIT=0`, or as last set by
 /// [`set_allowed`] (both for A/B runs).
-fn allowed() -> bool {
+pub(in crate::attention) fn allowed() -> bool {
     let v = ALLOWED.load(Ordering::Relaxed);
     if v != UNSET {
         return v == 1;
