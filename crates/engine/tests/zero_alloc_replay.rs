@@ -297,9 +297,10 @@ fn hybrid_decode_replay_allocates_nothing(dir: &str) {
 #[test]
 fn replaying_captured_decode_plans_allocates_nothing() {
     dense_decode_replay_allocates_nothing(4, 3, BufKind::F32);
-    // One row over 3 KV heads, 2 threads, 601 keys, a half-float cache: the split decode
-    // attention (`kernels::attention`), whose shared buffers the warm step sizes.
+    // One row over 3 KV heads, 2 threads, 601 keys, half-float and f32 caches: the split
+    // decode attention (`kernels::attention`), whose shared buffers the warm step sizes.
     dense_decode_replay_allocates_nothing(1, 600, BufKind::F16);
+    dense_decode_replay_allocates_nothing(1, 600, BufKind::F32);
     for dir in ["qwen3-next-f32", "qwen3.5-f32", "qwen3-moe-f32"] {
         hybrid_decode_replay_allocates_nothing(dir);
     }

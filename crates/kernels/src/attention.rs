@@ -729,14 +729,14 @@ mod tests {
         }
     }
 
-    /// Decode rows too few for the pool are split over key and lane ranges (the tiled path's
-    /// `split`): at 2, 3 and 4 threads every output has the bits of one thread (never split),
-    /// of the same row among 12 decode rows (one item per sequence), of the same query as the
-    /// last row of a prefill chunk (query tiles, blocks widened first), and of each row alone
-    /// when two split rows share a step; and it matches the scalar reference. Groups of 3
-    /// (SmolLM2's 9 / 3), 4 (3 + 1 heads a pass) and 2 heads, head sizes 64, 128 and 72 (a last
-    /// 8-lane chunk), contexts that end inside a key block; a padding row beside split rows
-    /// stays zero.
+    /// Decode rows too few for the pool are split over key ranges (the tiled path's `split`):
+    /// at 2, 3 and 4 threads every output has the bits of one thread (never split), of the same
+    /// row among 12 decode rows (one item per sequence), of the same query as the last row of
+    /// a prefill chunk (query tiles), and of each row alone when two split rows share a step;
+    /// and it matches the scalar reference. Half-float caches (read in place) and f32 caches;
+    /// groups of 3 (SmolLM2's 9 / 3), 4 (3 + 1 heads a pass in place) and 2 heads, head sizes
+    /// 64, 128, 72 and 24 (a last 8-lane chunk), contexts that end inside a key block; a padding
+    /// row beside split rows stays zero.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn split_decode_rows_keep_every_bit() {
@@ -744,6 +744,12 @@ mod tests {
             eprintln!("no tiled attention on this CPU");
             return;
         }
+        split_rows_keep_every_bit::<half::f16>();
+        split_rows_keep_every_bit::<f32>();
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn split_rows_keep_every_bit<E: KvElem>() {
         let pools: Vec<ThreadPool> = (1..=4).map(ThreadPool::new).collect();
         for (n_heads, n_kv_heads, head_dim, len) in [
             (9, 3, 64, 1000),
@@ -769,20 +775,18 @@ mod tests {
             let qs: Vec<f32> = (0..chunk * qw).map(|i| val(i, 13)).collect();
             let last = &qs[(chunk - 1) * qw..];
             let row = (&k[..], &v[..], &table[..], 1, last);
-            let name = format!("{n_heads}/{n_kv_heads} heads of {head_dim}, {len} keys");
+            let name = format!(
+                "{n_heads}/{n_kv_heads} heads of {head_dim}, {len} keys, {}",
+                std::any::type_name::<E>()
+            );
 
-            let one = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[row], false);
-            let scalar = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[row], true);
+            let one = run_seqs_on::<E>(&pools[0], shape, bs, &[row], false);
+            let scalar = run_seqs_on::<E>(&pools[0], shape, bs, &[row], true);
             for (g, w) in one.iter().zip(&scalar) {
                 assert!((g - w).abs() < 1e-5, "{name}: {g} vs scalar {w}");
             }
-            let prefill = run_seqs_on::<half::f16>(
-                &pools[1],
-                shape,
-                bs,
-                &[(&k, &v, &table, chunk, &qs)],
-                false,
-            );
+            let prefill =
+                run_seqs_on::<E>(&pools[1], shape, bs, &[(&k, &v, &table, chunk, &qs)], false);
             assert_bits(
                 &prefill[(chunk - 1) * qw..],
                 &one,
@@ -800,7 +804,7 @@ mod tests {
                     )
                 })
                 .collect();
-            let batch = run_seqs_on::<half::f16>(&pools[1], shape, bs, &many, false);
+            let batch = run_seqs_on::<E>(&pools[1], shape, bs, &many, false);
             assert_bits(&batch[5 * qw..6 * qw], &one, &format!("{name}: among 12"));
 
             // A second, shorter row and the same pair of rows at every thread count.
@@ -811,10 +815,10 @@ mod tests {
                 1,
                 &other[..],
             );
-            let short_alone = run_seqs_on::<half::f16>(&pools[0], shape, bs, &[short], false);
+            let short_alone = run_seqs_on::<E>(&pools[0], shape, bs, &[short], false);
             for (t, pool) in pools.iter().enumerate().skip(1) {
                 let before = tiled::splits_here();
-                let split = run_seqs_on::<half::f16>(pool, shape, bs, &[row], false);
+                let split = run_seqs_on::<E>(pool, shape, bs, &[row], false);
                 // Split below 2 KV groups per thread (unless OXLLM_ATTN_SPLIT=0 forbids it).
                 let expect = usize::from(n_kv_heads < 2 * (t + 1) && tiled::split_allowed());
                 assert_eq!(
@@ -826,7 +830,7 @@ mod tests {
                 assert_bits(&split, &one, &format!("{name}: {} threads", t + 1));
                 // With a padding row (no context) after them, which stays zero.
                 let pad = (&[][..], &[][..], &[][..], 1, &other[..]);
-                let pair = run_seqs_on::<half::f16>(pool, shape, bs, &[short, row, pad], false);
+                let pair = run_seqs_on::<E>(pool, shape, bs, &[short, row, pad], false);
                 assert!(pair[2 * qw..].iter().all(|&x| x == 0.0), "{name}: padding");
                 assert_bits(
                     &pair[..qw],

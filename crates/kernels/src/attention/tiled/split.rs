@@ -17,16 +17,17 @@
 //!
 //! So a split row has the bits of the unsplit tile at any thread count (tested against one
 //! thread, a batch of decode rows and the same query in a prefill chunk). Taken only by steps
-//! of decode rows alone, over a half-float cache with grouped heads (the tiles that read the
-//! cache in place), with fewer than [`ITEMS_PER_THREAD`] KV groups per thread and a context of
-//! at least [`MIN_CONTEXT`] keys; everything it keeps between calls is sized by a warm step.
+//! of decode rows alone with grouped heads (2 to 8 heads per KV head, the decode tiles), with
+//! fewer than [`ITEMS_PER_THREAD`] KV groups per thread and a context of at least
+//! [`MIN_CONTEXT`] keys; half-float caches are read in place by the decode tiles' kernels, f32
+//! caches by the f32 tile's. Everything it keeps between calls is sized by a warm step.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
-    direct_available, direct_avx2, scores_direct, values_direct, AttnMetadata, AttnShape, Direct,
-    KvElem, Tile, KB, MAX_DIRECT_HEADS, QT,
+    axpy, axpy2, direct_available, direct_avx2, dot4, dot4x2, scores_direct, values_direct,
+    AttnMetadata, AttnShape, Direct, KvElem, Tile, KB, MAX_DIRECT_HEADS, QT,
 };
 use crate::ops::softmax_in_place;
 use crate::pool::{SharedMut, ThreadPool};
@@ -130,7 +131,7 @@ pub(super) fn run<E: KvElem>(
         ..
     } = shape;
     let group = n_heads / n_kv_heads;
-    if E::IS_F32 || threads < 2 || !(2..=QT).contains(&group) || !allowed() {
+    if threads < 2 || !(2..=QT).contains(&group) || !allowed() {
         return false;
     }
     let cap = meta.block_table_stride * meta.block_size;
@@ -285,10 +286,10 @@ fn run_plan<E: KvElem>(
     let group = n_heads / n_kv_heads;
     let q_width = n_heads * hd;
     let kv_width = n_kv_heads * hd;
-    let direct = if direct_available() {
-        Direct::Avx512
-    } else {
-        Direct::Avx2
+    let direct = match (E::IS_F32, direct_available()) {
+        (true, _) => Direct::No,
+        (false, true) => Direct::Avx512,
+        (false, false) => Direct::Avx2,
     };
     let last = plan.rows.last().map_or(0, |r| r.offs + r.ctx);
     // Every offset and every score is written before it is read.
@@ -322,11 +323,17 @@ fn run_plan<E: KvElem>(
         stride: r.ctx,
         direct,
     };
-    // The group's heads from `h`, at most MAX_DIRECT_HEADS: (first, count).
-    let batches = |g: usize| {
+    // The group's heads a pass takes, from `h`: (first, count); the in-place half-float
+    // kernels take at most MAX_DIRECT_HEADS, the f32 ones every head of the group.
+    let per_pass = if direct == Direct::No {
+        group
+    } else {
+        MAX_DIRECT_HEADS
+    };
+    let batches = move |g: usize| {
         (g * group..(g + 1) * group)
-            .step_by(MAX_DIRECT_HEADS)
-            .map(move |h| (h, MAX_DIRECT_HEADS.min((g + 1) * group - h)))
+            .step_by(per_pass)
+            .map(move |h| (h, per_pass.min((g + 1) * group - h)))
     };
 
     let scores = SharedMut::new(&mut scores[..n_heads * last]);
@@ -348,7 +355,7 @@ fn run_plan<E: KvElem>(
             for p0 in (0..row.ctx).step_by(KB) {
                 let pe = (p0 + KB).min(row.ctx);
                 for (h, n) in batches(g) {
-                    let outs: [*mut f32; MAX_DIRECT_HEADS] = std::array::from_fn(|j| {
+                    let outs: [*mut f32; QT] = std::array::from_fn(|j| {
                         out.ptr_at(row.t * q_width + (h + j.min(n - 1)) * hd)
                     });
                     let w = (
@@ -361,10 +368,10 @@ fn run_plan<E: KvElem>(
                     // `out`); it reads weight rows (inside `scores`) that nothing writes
                     // after the group's softmax, which it waited for.
                     unsafe {
-                        if direct == Direct::Avx512 {
-                            values_direct(&t, &outs[..n], g, (p0, pe), w);
-                        } else {
-                            direct_avx2::values(&t, &outs[..n], g, (p0, pe), w);
+                        match direct {
+                            Direct::Avx512 => values_direct(&t, &outs[..n], g, (p0, pe), w),
+                            Direct::Avx2 => direct_avx2::values(&t, &outs[..n], g, (p0, pe), w),
+                            Direct::No => values_f32(&t, &outs[..n], g, (p0, pe), w),
                         }
                     }
                 }
@@ -375,17 +382,17 @@ fn run_plan<E: KvElem>(
         for p0 in (k0..k1).step_by(KB) {
             let pe = (p0 + KB).min(k1);
             for (h, n) in batches(g) {
-                let qs: [*const f32; MAX_DIRECT_HEADS] = std::array::from_fn(|j| {
+                let qs: [*const f32; QT] = std::array::from_fn(|j| {
                     q[row.t * q_width + (h + j.min(n - 1)) * hd..].as_ptr()
                 });
                 let rows = (scores.ptr_at(row.scores + h * row.ctx), row.ctx);
                 // SAFETY: as for the values; each query row holds hd floats; this item
                 // alone writes keys k0..k1 of these heads' score rows, inside `scores`.
                 unsafe {
-                    if direct == Direct::Avx512 {
-                        scores_direct(&t, &qs[..n], g, (p0, pe), rows);
-                    } else {
-                        direct_avx2::scores(&t, &qs[..n], g, (p0, pe), rows);
+                    match direct {
+                        Direct::Avx512 => scores_direct(&t, &qs[..n], g, (p0, pe), rows),
+                        Direct::Avx2 => direct_avx2::scores(&t, &qs[..n], g, (p0, pe), rows),
+                        Direct::No => scores_f32(&t, &qs[..n], g, (p0, pe), rows),
                     }
                 }
             }
@@ -430,6 +437,101 @@ fn wait_for_softmax(left: &AtomicU32, failed: &AtomicBool) {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
+        }
+    }
+}
+
+/// Scores of one KV group's heads `qs` against keys `p0..pe` of an f32 cache, read in place, as
+/// the unsplit tile computes them: two heads share each key load (`dot4x2`), a last odd head
+/// runs `dot4`; every score has `dot4`'s bits. `rows`: the first head's score row and stride.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `E` is `f32`; the tile's offsets were bounds-checked for whole cache
+/// rows; query rows hold `head_dim` floats; the score rows hold `pe` floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_f32<E: KvElem>(
+    t: &Tile<'_, E>,
+    qs: &[*const f32],
+    g: usize,
+    (p0, pe): (usize, usize),
+    (row0, stride): (*mut f32, usize),
+) {
+    unsafe {
+        // SAFETY: this fn's contract, upheld by the caller.
+        let (hd, k) = (t.head_dim, t.k.cast::<f32>());
+        let mut j = 0;
+        while j < qs.len() {
+            let pair = j + 1 < qs.len();
+            let mut p = p0;
+            while p < pe {
+                let mut ks = [k; 4];
+                for (u, kp) in ks.iter_mut().enumerate() {
+                    *kp = k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
+                }
+                let n = (pe - p).min(4);
+                if pair {
+                    let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
+                    for u in 0..n {
+                        *row0.add(j * stride + p + u) = d0[u] * t.scale;
+                        *row0.add((j + 1) * stride + p + u) = d1[u] * t.scale;
+                    }
+                } else {
+                    let d = dot4(qs[j], ks, hd);
+                    for (u, &dv) in d.iter().enumerate().take(n) {
+                        *row0.add(j * stride + p + u) = dv * t.scale;
+                    }
+                }
+                p += 4;
+            }
+            j += if pair { 2 } else { 1 };
+        }
+    }
+}
+
+/// `out_h += w_h(p) * v_p` for keys `p0..pe` of an f32 cache and one KV group's heads `outs`,
+/// as the unsplit tile computes it: two heads share each value load (`axpy2`), a last odd head
+/// runs `axpy`; every lane runs `axpy`'s chain. `w`: the first head's weight row and stride.
+///
+/// # Safety
+/// As [`scores_f32`]; output rows hold `head_dim` floats, weight rows `pe`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_f32<E: KvElem>(
+    t: &Tile<'_, E>,
+    outs: &[*mut f32],
+    g: usize,
+    (p0, pe): (usize, usize),
+    (w0, stride): (*const f32, usize),
+) {
+    unsafe {
+        // SAFETY: this fn's contract, upheld by the caller.
+        let (hd, v) = (t.head_dim, t.v.cast::<f32>());
+        let vrow = |p: usize, d0: usize| v.add(t.offs[p] + g * hd + d0);
+        let mut j = 0;
+        while j < outs.len() {
+            let w = w0.add(j * stride);
+            let mut d0 = 0;
+            if j + 1 < outs.len() {
+                let (o, w) = ((outs[j], outs[j + 1]), (w, w0.add((j + 1) * stride)));
+                while d0 + 32 <= hd {
+                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 32;
+                }
+                while d0 < hd {
+                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 8;
+                }
+                j += 2;
+            } else {
+                while d0 + 64 <= hd {
+                    axpy::<8>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 64;
+                }
+                while d0 < hd {
+                    axpy::<1>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 8;
+                }
+                j += 1;
+            }
         }
     }
 }
