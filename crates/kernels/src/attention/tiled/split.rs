@@ -18,8 +18,8 @@
 //! So a split row has the bits of the unsplit tile at any thread count (tested against one
 //! thread, a batch of decode rows and the same query in a prefill chunk). Taken only by steps
 //! of decode rows alone with grouped heads (2 to 8 heads per KV head, the decode tiles), with
-//! fewer than [`ITEMS_PER_THREAD`] KV groups per thread and a context of at least
-//! [`MIN_CONTEXT`] keys; half-float caches are read in place by the decode tiles' kernels, f32
+//! fewer than [`ITEMS_PER_THREAD`] KV groups per thread, at most [`MAX_ROWS`] rows and a
+//! context of at least [`MIN_CONTEXT`] keys; half-float caches are read in place by the decode tiles' kernels, f32
 //! caches by the f32 tile's. Everything it keeps between calls is sized by a warm step.
 
 use std::cell::RefCell;
@@ -40,6 +40,10 @@ const ITEMS_PER_THREAD: usize = 2;
 /// (SmolLM2's shape, `attention_b16_best`: 2-4% slower at 256 keys, mixed at 128, up to 5%
 /// faster at 512; docs/BENCHMARKS.md, "split decode attention").
 pub(in crate::attention) const MIN_CONTEXT: usize = 512;
+/// Rows a split step takes at most: its score rows are one buffer on the calling thread, which
+/// a warm step sizes for this many rows at the longest context the block tables allow (with a
+/// single KV head and 16 threads the groups bound alone would allow 31 rows).
+const MAX_ROWS: usize = 4;
 /// Key-range items per thread the score items aim at (the last ones balance the threads).
 const RANGES_PER_THREAD: usize = 4;
 /// Marks a value item (`[row, VALUES | KV head, 0, 0]`).
@@ -135,8 +139,8 @@ pub(super) fn run<E: KvElem>(
         return false;
     }
     let cap = meta.block_table_stride * meta.block_size;
-    // Fewer than ITEMS_PER_THREAD * threads groups: at most this many rows.
-    let max_rows = (ITEMS_PER_THREAD * threads - 1) / n_kv_heads;
+    // Fewer than ITEMS_PER_THREAD * threads groups, and at most MAX_ROWS.
+    let max_rows = ((ITEMS_PER_THREAD * threads - 1) / n_kv_heads).min(MAX_ROWS);
     PLAN.with_borrow_mut(|plan| {
         // Bounds of every list below (items: see `plan_items`), reserved on every call so
         // that a warm step leaves them large enough for any later one.
