@@ -305,6 +305,86 @@ fn batch_mode_on_a_hybrid_reports_the_state_pool_and_reuses_checkpoints() {
     assert_eq!(lines[0]["ids"], lines[1]["ids"]);
 }
 
+/// Greedy ids of each line of `lines` from `oxllm generate` on `model`, with `env` set and
+/// `args` added.
+fn greedy_ids(
+    model: &std::path::Path,
+    lines: &[serde_json::Value],
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Vec<Vec<u64>> {
+    let guard = tempfile::Builder::new()
+        .prefix("oxllm-greedy-")
+        .tempdir()
+        .unwrap();
+    let (input, output) = (
+        guard.path().join("in.jsonl"),
+        guard.path().join("out.jsonl"),
+    );
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&input, text).unwrap();
+    let out = oxllm()
+        .arg("generate")
+        .args(args)
+        .envs(env.iter().copied())
+        .arg("--model")
+        .arg(model)
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| ids(&serde_json::from_str::<serde_json::Value>(l).unwrap()["ids"]))
+        .collect()
+}
+
+#[test]
+fn a_k_quant_model_gives_the_same_ids_on_every_kernel_family_alone_or_batched() {
+    // Q4_K / Q5_K / Q6_K layers and a Q6_K tied head (scripts/oracle/make_tiny_kquant.py): the
+    // k-quant panels run the AVX512-VNNI kernel natively where the CPU has it and the AVX2
+    // kernel under OXLLM_ISA=avx2, both with the reference's bits, so every greedy id agrees,
+    // and agrees with the row-major kernels and with a line run alone on one thread.
+    let model = repo().join("tests/fixtures/tiny/llama-kquant.gguf");
+    let line = |prompt: Vec<u32>| serde_json::json!({"prompt_ids": prompt, "max_tokens": 10, "ignore_eos": true, "temperature": 0});
+    let lines = [
+        line((0..12u32).map(|i| (i * 131 + 5) % 1000).collect()),
+        line(vec![900, 14, 2, 77]),
+    ];
+    let native = greedy_ids(&model, &lines, &[], &["--threads", "2"]);
+    assert_eq!(native.len(), 2);
+    for ids in &native {
+        assert_eq!(ids.len(), 10);
+        // Not a degenerate model: the fixture's scales keep its tokens varied.
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert!(distinct.len() >= 5, "{ids:?}");
+    }
+    let avx2 = greedy_ids(
+        &model,
+        &lines,
+        &[("OXLLM_ISA", "avx2")],
+        &["--threads", "2"],
+    );
+    assert_eq!(avx2, native, "AVX2 kernels");
+    let rows = greedy_ids(
+        &model,
+        &lines,
+        &[],
+        &["--threads", "2", "--weight-layout", "rows"],
+    );
+    assert_eq!(rows, native, "row-major weights");
+    let alone = greedy_ids(&model, &lines[1..], &[], &["--threads", "1"]);
+    assert_eq!(alone[0], native[1], "the second line alone");
+}
+
 #[test]
 fn bench_generate_times_every_decode_token_of_the_batch() {
     // Decode window: from the last request's first token; every request's later tokens land in
