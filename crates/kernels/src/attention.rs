@@ -21,7 +21,7 @@ use crate::quant;
 mod tiled;
 
 /// Allows (the default, unless the environment sets `OXLLM_ATTN_SPLIT=0`) or forbids, for the
-/// whole process, splitting a decode step's attention over key and lane ranges when its rows
+/// whole process, splitting a decode step's attention scores over key ranges when its rows
 /// are too few for the pool. Results are the same bits either way; for A/B timings only.
 pub fn set_decode_split(on: bool) {
     #[cfg(target_arch = "x86_64")]

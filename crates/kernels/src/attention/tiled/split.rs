@@ -19,8 +19,9 @@
 //! thread, a batch of decode rows and the same query in a prefill chunk). Taken only by steps
 //! of decode rows alone with grouped heads (2 to 8 heads per KV head, the decode tiles), with
 //! fewer than [`ITEMS_PER_THREAD`] KV groups per thread, at most [`MAX_ROWS`] rows and a
-//! context of at least [`MIN_CONTEXT`] keys; half-float caches are read in place by the decode tiles' kernels, f32
-//! caches by the f32 tile's. Everything it keeps between calls is sized by a warm step.
+//! context of at least [`MIN_CONTEXT`] keys; half-float caches are read in place by the
+//! decode tiles' kernels, f32 caches by the f32 tile's. Everything it keeps between calls is
+//! sized by a warm step.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};

@@ -5,7 +5,8 @@
 //! in scalar f32; x * id is one IEEE multiply); roundf (half away from zero) is computed as
 //! trunc(v + copysign(0.49999997, v)), which equals roundf for every |v| < 2^23. Q8_K picks
 //! the first element of largest magnitude (as the reference's strict `>` scan does, NaN never
-//! taken), rounds half to even with `vroundps` (NaN to 0), clamps at 127 and sums each 16 quants exactly.
+//! taken), rounds half to even with `vroundps` (NaN to 0), clamps at 127 and sums each 16
+//! quants exactly.
 
 use super::super::blocks::{as_blocks_mut, f16_to_le, BlockQ8K, BlockQ8_0, BlockQ8_1, QK, QK_K};
 use super::super::quantize::q8_scale;
