@@ -158,7 +158,11 @@ fn bench_panel_kernels(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_secs(1))
         .sample_size(10);
-    let families = [PanelKernel::Avx2, PanelKernel::Avx512Vnni];
+    let families = [
+        PanelKernel::Avx2,
+        PanelKernel::AvxVnni,
+        PanelKernel::Avx512Vnni,
+    ];
     for dtype in [DType::Q4_1, DType::Q8_0] {
         for (n, k) in [(1536, 576), (576, 1536)] {
             let b = weight_bytes(&mut rng, dtype, n, k);
@@ -246,7 +250,11 @@ fn bench_kquant_panels(c: &mut Criterion) {
                 g.bench_function(format!("rows/{id}"), |b| {
                     b.iter(|| matmul(&pool, &rows, &acts, &mut out).unwrap())
                 });
-                for kernel in [PanelKernel::Avx2, PanelKernel::Avx512Vnni] {
+                for kernel in [
+                    PanelKernel::Avx2,
+                    PanelKernel::AvxVnni,
+                    PanelKernel::Avx512Vnni,
+                ] {
                     if !kernel.available() {
                         continue;
                     }

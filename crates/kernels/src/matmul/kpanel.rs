@@ -390,10 +390,14 @@ mod tests {
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
         use crate::matmul::{matmul, matmul_panels_with, quantize_acts, PanelKernel, QMatrix};
-        let kernels: Vec<PanelKernel> = [PanelKernel::Avx2, PanelKernel::Avx512Vnni]
-            .into_iter()
-            .filter(|k| k.available())
-            .collect();
+        let kernels: Vec<PanelKernel> = [
+            PanelKernel::Avx2,
+            PanelKernel::AvxVnni,
+            PanelKernel::Avx512Vnni,
+        ]
+        .into_iter()
+        .filter(|k| k.available())
+        .collect();
         if kernels.is_empty() {
             eprintln!("no AVX2 on this CPU: nothing to compare");
             return;

@@ -31,13 +31,13 @@ pub(super) fn available() -> bool {
     quant::detected_isa() == quant::Isa::Avx2
 }
 
-/// The k-panel kernel family `matmul` runs on this CPU: AVX512-VNNI where it may, else AVX2.
+/// The k-panel kernel family `matmul` runs on this CPU: AVX512-VNNI where it may, else
+/// AVX-VNNI, else AVX2.
 pub(super) fn best() -> PanelKernel {
-    if PanelKernel::Avx512Vnni.available() {
-        PanelKernel::Avx512Vnni
-    } else {
-        PanelKernel::Avx2
-    }
+    [PanelKernel::Avx512Vnni, PanelKernel::AvxVnni]
+        .into_iter()
+        .find(|k| k.available())
+        .unwrap_or(PanelKernel::Avx2)
 }
 
 /// The plan of `w` (a k-panel matrix of format `f`) against `acts` (Q8_K rows) on `kernel`,
@@ -73,9 +73,9 @@ pub(super) fn kpanel_plan<'a>(
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
     type Run = unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>);
     let run: Run = match (kernel, f.kind) {
-        (PanelKernel::Avx2, Q4K) => tile::<Q4K>,
-        (PanelKernel::Avx2, Q5K) => tile::<Q5K>,
-        (PanelKernel::Avx2, _) => tile::<Q6K>,
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, Q4K) => tile::<Q4K>,
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, Q5K) => tile::<Q5K>,
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, _) => tile::<Q6K>,
         (PanelKernel::Avx512Vnni, Q4K) => tile_full::<Q4K>,
         (PanelKernel::Avx512Vnni, Q5K) => tile_full::<Q5K>,
         (PanelKernel::Avx512Vnni, _) => tile_full::<Q6K>,

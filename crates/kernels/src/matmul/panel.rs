@@ -35,6 +35,8 @@ pub(crate) const P: usize = 16;
 pub enum PanelKernel {
     /// Half panels in ymm registers: `vpmaddubsw` + `vpmaddwd` (AVX2+FMA+F16C).
     Avx2,
+    /// Half panels in ymm registers: VEX `vpdpbusd` / `vpdpwssd` (AVX-VNNI, no AVX-512).
+    AvxVnni,
     /// Pairs of panels in zmm registers: `vpdpbusd` / `vpdpwssd` (AVX512-VNNI).
     Avx512Vnni,
 }
@@ -47,6 +49,7 @@ impl PanelKernel {
             crate::quant::detected_isa() == crate::quant::Isa::Avx2
                 && match self {
                     PanelKernel::Avx2 => true,
+                    PanelKernel::AvxVnni => super::tile_avx2::has_avx_vnni(),
                     PanelKernel::Avx512Vnni => super::panel_avx512::available(),
                 }
         }
@@ -62,9 +65,13 @@ impl PanelKernel {
     pub fn best() -> Option<PanelKernel> {
         static BEST: std::sync::OnceLock<Option<PanelKernel>> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
-            [PanelKernel::Avx512Vnni, PanelKernel::Avx2]
-                .into_iter()
-                .find(|k| k.available())
+            [
+                PanelKernel::Avx512Vnni,
+                PanelKernel::AvxVnni,
+                PanelKernel::Avx2,
+            ]
+            .into_iter()
+            .find(|k| k.available())
         })
     }
 }
@@ -515,6 +522,12 @@ mod tests {
         assert_kernel_matches_reference(PanelKernel::Avx2);
     }
 
+    /// The AVX-VNNI kernels give the reference's bits for every output.
+    #[test]
+    fn avx_vnni_kernel_is_bit_identical_to_the_reference() {
+        assert_kernel_matches_reference(PanelKernel::AvxVnni);
+    }
+
     /// `kernel` (through `matmul_panels_with` on a packed matrix) gives the reference's bits
     /// for every output: each format; 1 to 40 activation rows (every call size of the AVX2
     /// kernels' 8 rows per call and the AVX512-VNNI ones', whole and partial chunks, a
@@ -581,6 +594,12 @@ mod tests {
     #[test]
     fn avx2_wide_kernel_is_bit_identical_to_the_reference() {
         assert_wide_matches_reference(PanelKernel::Avx2);
+    }
+
+    /// The AVX-VNNI wide kernel matches the reference (see [`assert_wide_matches_reference`]).
+    #[test]
+    fn avx_vnni_wide_kernel_is_bit_identical_to_the_reference() {
+        assert_wide_matches_reference(PanelKernel::AvxVnni);
     }
 
     /// `kernel`'s wide kernel (the output head's: Q8_0 against 16-bit activations, on a

@@ -84,10 +84,14 @@ pub(super) fn panel_plan<'a>(
         (PanelKernel::Avx512Vnni, true, true, false) => tile::<true, true, false>,
         (PanelKernel::Avx512Vnni, false, true, true) => tile::<false, true, true>,
         (PanelKernel::Avx512Vnni, ..) => tile::<false, false, true>,
-        (PanelKernel::Avx2, ..) if wide => tile_wide_avx2,
-        (PanelKernel::Avx2, true, true, false) => tile_avx2::<true, true, false>,
-        (PanelKernel::Avx2, false, true, true) => tile_avx2::<false, true, true>,
-        (PanelKernel::Avx2, ..) => tile_avx2::<false, false, true>,
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, ..) if wide => tile_wide_avx2,
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, true, true, false) => {
+            tile_avx2::<true, true, false>
+        }
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, false, true, true) => {
+            tile_avx2::<false, true, true>
+        }
+        (PanelKernel::Avx2 | PanelKernel::AvxVnni, ..) => tile_avx2::<false, false, true>,
     };
     PanelPlan {
         f,

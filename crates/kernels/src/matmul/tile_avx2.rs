@@ -279,9 +279,9 @@ vnni_format!(Q4_1Q8_1Vnni, Q4_1Q8_1, idot_vnni_unsigned);
 vnni_format!(Q4_0Q8_0Vnni, Q4_0Q8_0, idot_vnni_signed);
 vnni_format!(Q8_0Q8_0Vnni, Q8_0Q8_0, idot_vnni_signed);
 
-/// Whether the CPU can run the `*Vnni` formats.
+/// Whether the CPU can run the `*Vnni` formats (and `OXLLM_ISA` allows them).
 pub(crate) fn has_avx_vnni() -> bool {
-    is_x86_feature_detected!("avxvnni")
+    crate::quant::avx_vnni_allowed() && is_x86_feature_detected!("avxvnni")
 }
 
 /// Fills the transposed activation scales of one chunk: `ad[b * CH + c]` = d of block `b` of

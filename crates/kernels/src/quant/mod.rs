@@ -71,12 +71,37 @@ pub fn detected_isa() -> Isa {
     })
 }
 
-/// Whether kernels may use AVX-512 where the CPU has it: yes, unless the environment sets
-/// `OXLLM_ISA=avx2`, which caps every kernel choice at AVX2+FMA+F16C (to measure or test the
-/// AVX2 kernels on an AVX-512 host; results keep their bits, see `matmul`). Read once.
+/// The instruction sets kernels may use beyond AVX2+FMA+F16C, capped by the environment's
+/// `OXLLM_ISA` (read once): `avx2` allows neither AVX-VNNI nor AVX-512 (the kernels a Zen 3
+/// runs), `avxvnni` allows AVX-VNNI but no AVX-512 (an Alder Lake / Sierra Forest class CPU);
+/// unset or anything else allows all the CPU has. A cap changes speed, never a result: every
+/// kernel family gives its reference's bits (see `matmul`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IsaCap {
+    Avx2,
+    AvxVnni,
+    Native,
+}
+
+fn isa_cap() -> IsaCap {
+    static CAP: OnceLock<IsaCap> = OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("OXLLM_ISA").as_deref() {
+        Ok("avx2") => IsaCap::Avx2,
+        Ok("avxvnni") => IsaCap::AvxVnni,
+        _ => IsaCap::Native,
+    })
+}
+
+/// Whether kernels may use AVX-512 where the CPU has it (see [`IsaCap`]: not under
+/// `OXLLM_ISA=avx2` or `OXLLM_ISA=avxvnni`).
 pub fn avx512_allowed() -> bool {
-    static ALLOWED: OnceLock<bool> = OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var("OXLLM_ISA").map_or(true, |v| v != "avx2"))
+    isa_cap() == IsaCap::Native
+}
+
+/// Whether kernels may use AVX-VNNI (VEX `vpdpbusd` on ymm) where the CPU has it (see
+/// [`IsaCap`]: not under `OXLLM_ISA=avx2`).
+pub fn avx_vnni_allowed() -> bool {
+    isa_cap() != IsaCap::Avx2
 }
 
 /// The dtype activations are quantized to before a dot with weights of `w`: Q4_0/Q8_0 -> Q8_0,
