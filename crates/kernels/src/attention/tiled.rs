@@ -323,27 +323,15 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let krow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    // Heads of one token (decode) see the same keys: two at a time share each K load.
-                    let mut j0 = ja;
                     if self.ctx_step == 0 {
+                        // Heads of one token (decode) see the same keys.
                         let pe = p1.min(self.first_ctx);
-                        while j0 + 1 < jb {
-                            let rows = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
-                            let mut p = p0;
-                            while p < pe {
-                                let ks: [*const f32; 4] =
-                                    std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                                let (d0, d1) = dot4x2(qs[j0], qs[j0 + 1], ks, hd);
-                                for u in 0..(pe - p).min(4) {
-                                    *rows.0.add(p + u) = d0[u] * self.scale;
-                                    *rows.1.add(p + u) = d1[u] * self.scale;
-                                }
-                                p += 4;
-                            }
-                            j0 += 2;
-                        }
+                        let heads = &qs[ja..jb];
+                        let rows = (sc.add(ja * self.stride), self.stride);
+                        decode_scores(heads, krow, hd, self.scale, (p0, pe), rows);
+                        continue;
                     }
-                    for (j, &qp) in qs.iter().enumerate().take(jb).skip(j0) {
+                    for (j, &qp) in qs.iter().enumerate().take(jb).skip(ja) {
                         let pe = p1.min(self.first_ctx + j * self.ctx_step);
                         let row = sc.add(j * self.stride);
                         let mut p = p0;
@@ -386,30 +374,15 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let vrow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    let mut j0 = ja;
-                    if self.ctx_step == 0 && p0 < self.first_ctx {
-                        // Decode heads: two outputs share each V load (same lane chains as `axpy`).
+                    if self.ctx_step == 0 {
+                        // Decode heads: the same values for every head of the group.
                         let pe = p1.min(self.first_ctx);
-                        while j0 + 1 < jb {
-                            let o = (outs[j0], outs[j0 + 1]);
-                            let w = (sc.add(j0 * self.stride), sc.add((j0 + 1) * self.stride));
-                            let mut d0 = 0;
-                            while d0 + 32 <= hd {
-                                axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
-                                    vrow(p).add(d0)
-                                });
-                                d0 += 32;
-                            }
-                            while d0 < hd {
-                                axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| {
-                                    vrow(p).add(d0)
-                                });
-                                d0 += 8;
-                            }
-                            j0 += 2;
-                        }
+                        let heads = &outs[ja..jb];
+                        let w = (sc.add(ja * self.stride), self.stride);
+                        decode_values(heads, |p, d0| vrow(p).add(d0), hd, (p0, pe), w);
+                        continue;
                     }
-                    for (j, &op) in outs.iter().enumerate().take(jb).skip(j0) {
+                    for (j, &op) in outs.iter().enumerate().take(jb).skip(ja) {
                         let pe = p1.min(self.first_ctx + j * self.ctx_step);
                         if pe <= p0 {
                             continue;
@@ -687,6 +660,99 @@ unsafe fn axpy<const NC: usize>(
         }
         for (c, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(o.add(8 * c), *a);
+        }
+    }
+}
+
+/// Scores of one token's heads `qs` (one KV group: the same keys) against keys `p0..pe`,
+/// `krow(p)` the group's part of key row `p`: two heads share each key load (`dot4x2`), a
+/// last odd head runs `dot4`; every score has `dot4`'s bits, times `scale`. `(row0, stride)`:
+/// the first head's score row and the stride between heads' rows. Shared by the unsplit tile
+/// and the key-range split (`split`), so a score never depends on which computed it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_scores(
+    qs: &[*const f32],
+    krow: impl Fn(usize) -> *const f32,
+    hd: usize,
+    scale: f32,
+    (p0, pe): (usize, usize),
+    (row0, stride): (*mut f32, usize),
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let mut j = 0;
+        while j < qs.len() {
+            let pair = j + 1 < qs.len();
+            let mut p = p0;
+            while p < pe {
+                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(pe - 1)));
+                let n = (pe - p).min(4);
+                if pair {
+                    let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
+                    for u in 0..n {
+                        *row0.add(j * stride + p + u) = d0[u] * scale;
+                        *row0.add((j + 1) * stride + p + u) = d1[u] * scale;
+                    }
+                } else {
+                    let d = dot4(qs[j], ks, hd);
+                    for (u, &dv) in d.iter().enumerate().take(n) {
+                        *row0.add(j * stride + p + u) = dv * scale;
+                    }
+                }
+                p += 4;
+            }
+            j += if pair { 2 } else { 1 };
+        }
+    }
+}
+
+/// `out_h += w_h(p) * v_p` for keys `p0..pe` and one token's heads `outs` (one KV group: the
+/// same values), `vrow(p, d0)` the group's part of value row `p` from dimension `d0`: two
+/// heads share each value load (`axpy2`), a last odd head runs `axpy`; every lane runs
+/// `axpy`'s chain. `(w0, stride)`: the first head's weight row and the stride between heads'.
+/// Shared by the unsplit tile and the key-range split (`split`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_values(
+    outs: &[*mut f32],
+    vrow: impl Fn(usize, usize) -> *const f32,
+    hd: usize,
+    (p0, pe): (usize, usize),
+    (w0, stride): (*const f32, usize),
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let mut j = 0;
+        while j < outs.len() {
+            let w = w0.add(j * stride);
+            let mut d0 = 0;
+            if j + 1 < outs.len() {
+                let (o, w) = ((outs[j], outs[j + 1]), (w, w0.add((j + 1) * stride)));
+                while d0 + 32 <= hd {
+                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 32;
+                }
+                while d0 < hd {
+                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 8;
+                }
+                j += 2;
+            } else {
+                while d0 + 64 <= hd {
+                    axpy::<8>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 64;
+                }
+                while d0 < hd {
+                    axpy::<1>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
+                    d0 += 8;
+                }
+                j += 1;
+            }
         }
     }
 }

@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
-    axpy, axpy2, direct_available, direct_avx2, dot4, dot4x2, scores_direct, values_direct,
+    decode_scores, decode_values, direct_available, direct_avx2, scores_direct, values_direct,
     AttnMetadata, AttnShape, Direct, KvElem, Tile, KB, MAX_DIRECT_HEADS, QT,
 };
 use crate::ops::softmax_in_place;
@@ -446,9 +446,9 @@ fn wait_for_softmax(left: &AtomicU32, failed: &AtomicBool) {
     }
 }
 
-/// Scores of one KV group's heads `qs` against keys `p0..pe` of an f32 cache, read in place, as
-/// the unsplit tile computes them: two heads share each key load (`dot4x2`), a last odd head
-/// runs `dot4`; every score has `dot4`'s bits. `rows`: the first head's score row and stride.
+/// Scores of one KV group's heads `qs` against keys `p0..pe` of an f32 cache, read in place,
+/// by the unsplit tile's own loop (`decode_scores`): every score has its bits. `rows`: the
+/// first head's score row and stride.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `E` is `f32`; the tile's offsets were bounds-checked for whole cache
@@ -458,44 +458,20 @@ unsafe fn scores_f32<E: KvElem>(
     t: &Tile<'_, E>,
     qs: &[*const f32],
     g: usize,
-    (p0, pe): (usize, usize),
-    (row0, stride): (*mut f32, usize),
+    keys: (usize, usize),
+    rows: (*mut f32, usize),
 ) {
     unsafe {
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, k) = (t.head_dim, t.k.cast::<f32>());
-        let mut j = 0;
-        while j < qs.len() {
-            let pair = j + 1 < qs.len();
-            let mut p = p0;
-            while p < pe {
-                let mut ks = [k; 4];
-                for (u, kp) in ks.iter_mut().enumerate() {
-                    *kp = k.add(t.offs[(p + u).min(pe - 1)] + g * hd);
-                }
-                let n = (pe - p).min(4);
-                if pair {
-                    let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
-                    for u in 0..n {
-                        *row0.add(j * stride + p + u) = d0[u] * t.scale;
-                        *row0.add((j + 1) * stride + p + u) = d1[u] * t.scale;
-                    }
-                } else {
-                    let d = dot4(qs[j], ks, hd);
-                    for (u, &dv) in d.iter().enumerate().take(n) {
-                        *row0.add(j * stride + p + u) = dv * t.scale;
-                    }
-                }
-                p += 4;
-            }
-            j += if pair { 2 } else { 1 };
-        }
+        let krow = |p: usize| k.add(t.offs[p] + g * hd);
+        decode_scores(qs, krow, hd, t.scale, keys, rows);
     }
 }
 
 /// `out_h += w_h(p) * v_p` for keys `p0..pe` of an f32 cache and one KV group's heads `outs`,
-/// as the unsplit tile computes it: two heads share each value load (`axpy2`), a last odd head
-/// runs `axpy`; every lane runs `axpy`'s chain. `w`: the first head's weight row and stride.
+/// by the unsplit tile's own loop (`decode_values`): every lane runs its chain. `w`: the first
+/// head's weight row and stride.
 ///
 /// # Safety
 /// As [`scores_f32`]; output rows hold `head_dim` floats, weight rows `pe`.
@@ -504,39 +480,13 @@ unsafe fn values_f32<E: KvElem>(
     t: &Tile<'_, E>,
     outs: &[*mut f32],
     g: usize,
-    (p0, pe): (usize, usize),
-    (w0, stride): (*const f32, usize),
+    keys: (usize, usize),
+    w: (*const f32, usize),
 ) {
     unsafe {
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, v) = (t.head_dim, t.v.cast::<f32>());
         let vrow = |p: usize, d0: usize| v.add(t.offs[p] + g * hd + d0);
-        let mut j = 0;
-        while j < outs.len() {
-            let w = w0.add(j * stride);
-            let mut d0 = 0;
-            if j + 1 < outs.len() {
-                let (o, w) = ((outs[j], outs[j + 1]), (w, w0.add((j + 1) * stride)));
-                while d0 + 32 <= hd {
-                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 32;
-                }
-                while d0 < hd {
-                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 8;
-                }
-                j += 2;
-            } else {
-                while d0 + 64 <= hd {
-                    axpy::<8>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 64;
-                }
-                while d0 < hd {
-                    axpy::<1>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 8;
-                }
-                j += 1;
-            }
-        }
+        decode_values(outs, vrow, hd, keys, w);
     }
 }
