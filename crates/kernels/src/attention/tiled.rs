@@ -323,28 +323,9 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let krow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    if self.ctx_step == 0 {
-                        // Heads of one token (decode) see the same keys.
-                        let pe = p1.min(self.first_ctx);
-                        let heads = &qs[ja..jb];
-                        let rows = (sc.add(ja * self.stride), self.stride);
-                        decode_scores(heads, krow, hd, self.scale, (p0, pe), rows);
-                        continue;
-                    }
-                    for (j, &qp) in qs.iter().enumerate().take(jb).skip(ja) {
-                        let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                        let row = sc.add(j * self.stride);
-                        let mut p = p0;
-                        while p < pe {
-                            let ks: [*const f32; 4] =
-                                std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                            let d = dot4(qp, ks, hd);
-                            for (u, &dv) in d.iter().enumerate().take(pe - p) {
-                                *row.add(p + u) = dv * self.scale;
-                            }
-                            p += 4;
-                        }
-                    }
+                    let pe = |j: usize| p1.min(self.first_ctx + (ja + j) * self.ctx_step);
+                    let rows = (sc.add(ja * self.stride), self.stride);
+                    scores_rows(&qs[ja..jb], pe, krow, (hd, self.scale), p0, rows);
                 }
             }
             for j in 0..nq {
@@ -374,30 +355,9 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let vrow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    if self.ctx_step == 0 {
-                        // Decode heads: the same values for every head of the group.
-                        let pe = p1.min(self.first_ctx);
-                        let heads = &outs[ja..jb];
-                        let w = (sc.add(ja * self.stride), self.stride);
-                        decode_values(heads, |p, d0| vrow(p).add(d0), hd, (p0, pe), w);
-                        continue;
-                    }
-                    for (j, &op) in outs.iter().enumerate().take(jb).skip(ja) {
-                        let pe = p1.min(self.first_ctx + j * self.ctx_step);
-                        if pe <= p0 {
-                            continue;
-                        }
-                        let w = sc.add(j * self.stride);
-                        let mut d0 = 0;
-                        while d0 + 64 <= hd {
-                            axpy::<8>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                            d0 += 64;
-                        }
-                        while d0 < hd {
-                            axpy::<1>(op.add(d0), w, p0, pe, |p| vrow(p).add(d0));
-                            d0 += 8;
-                        }
-                    }
+                    let pe = |j: usize| p1.min(self.first_ctx + (ja + j) * self.ctx_step);
+                    let w = (sc.add(ja * self.stride), self.stride);
+                    values_rows(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
                 }
             }
         }
@@ -664,95 +624,128 @@ unsafe fn axpy<const NC: usize>(
     }
 }
 
-/// Scores of one token's heads `qs` (one KV group: the same keys) against keys `p0..pe`,
-/// `krow(p)` the group's part of key row `p`: two heads share each key load (`dot4x2`), a
-/// last odd head runs `dot4`; every score has `dot4`'s bits, times `scale`. `(row0, stride)`:
-/// the first head's score row and the stride between heads' rows. Shared by the unsplit tile
-/// and the key-range split (`split`), so a score never depends on which computed it.
+/// Scores of queries `qs` of one KV group against keys `p0..pe(j)` (query `j`'s own end: the
+/// same for the heads of a decode token, one more per query along a prefill tile),
+/// `krow(p)` the group's part of key row `p`. Queries go in pairs that share each key load
+/// (`dot4x2`: eight independent fma chains, where one query's four would wait on their
+/// latency) over the keys both see, then each alone (`dot4`) over the rest; every score has
+/// `dot4`'s bits, times `scale`, whatever its pairing. `(row0, stride)`: the first query's
+/// score row and the stride between rows. Shared by the tiles and the key-range split
+/// (`split`), so a score never depends on which computed it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn decode_scores(
+unsafe fn scores_rows(
     qs: &[*const f32],
+    pe: impl Fn(usize) -> usize,
     krow: impl Fn(usize) -> *const f32,
-    hd: usize,
-    scale: f32,
-    (p0, pe): (usize, usize),
+    (hd, scale): (usize, f32),
+    p0: usize,
     (row0, stride): (*mut f32, usize),
 ) {
     unsafe {
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let mut j = 0;
-        while j < qs.len() {
-            let pair = j + 1 < qs.len();
-            let mut p = p0;
-            while p < pe {
-                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(pe - 1)));
-                let n = (pe - p).min(4);
-                if pair {
-                    let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
-                    for u in 0..n {
-                        *row0.add(j * stride + p + u) = d0[u] * scale;
-                        *row0.add((j + 1) * stride + p + u) = d1[u] * scale;
-                    }
-                } else {
-                    let d = dot4(qs[j], ks, hd);
-                    for (u, &dv) in d.iter().enumerate().take(n) {
-                        *row0.add(j * stride + p + u) = dv * scale;
-                    }
+        let alone = |j: usize, from: usize| {
+            let (end, row) = (pe(j), row0.add(j * stride));
+            let mut p = from;
+            while p < end {
+                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(end - 1)));
+                let d = dot4(qs[j], ks, hd);
+                for (u, &dv) in d.iter().enumerate().take(end - p) {
+                    *row.add(p + u) = dv * scale;
                 }
                 p += 4;
             }
-            j += if pair { 2 } else { 1 };
+        };
+        let mut j = 0;
+        while j + 1 < qs.len() {
+            let (e0, e1) = (pe(j), pe(j + 1));
+            // A last partial quad pads with the query's last key: shared only by equal ends.
+            let both = if e0 == e1 {
+                e0
+            } else {
+                let m = e0.min(e1).max(p0);
+                p0 + ((m - p0) & !3)
+            };
+            let rows = (row0.add(j * stride), row0.add((j + 1) * stride));
+            let mut p = p0;
+            while p < both {
+                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(both - 1)));
+                let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
+                for u in 0..(both - p).min(4) {
+                    *rows.0.add(p + u) = d0[u] * scale;
+                    *rows.1.add(p + u) = d1[u] * scale;
+                }
+                p += 4;
+            }
+            alone(j, p);
+            alone(j + 1, p);
+            j += 2;
+        }
+        if j < qs.len() {
+            alone(j, p0);
         }
     }
 }
 
-/// `out_h += w_h(p) * v_p` for keys `p0..pe` and one token's heads `outs` (one KV group: the
-/// same values), `vrow(p, d0)` the group's part of value row `p` from dimension `d0`: two
-/// heads share each value load (`axpy2`), a last odd head runs `axpy`; every lane runs
-/// `axpy`'s chain. `(w0, stride)`: the first head's weight row and the stride between heads'.
-/// Shared by the unsplit tile and the key-range split (`split`).
+/// `out_j += w_j(p) * v_p` for queries `outs` of one KV group and keys `p0..pe(j)` (as in
+/// [`scores_rows`]), `vrow(p, d0)` the group's part of value row `p` from dimension `d0`:
+/// queries go in pairs that share each value load (`axpy2`) over the keys both see, then each
+/// alone (`axpy`) over the rest, so every lane runs `axpy`'s chain over `p` ascending.
+/// `(w0, stride)`: the first query's weight row and the stride between rows. Shared by the
+/// tiles and the key-range split (`split`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn decode_values(
+unsafe fn values_rows(
     outs: &[*mut f32],
+    pe: impl Fn(usize) -> usize,
     vrow: impl Fn(usize, usize) -> *const f32,
     hd: usize,
-    (p0, pe): (usize, usize),
+    p0: usize,
     (w0, stride): (*const f32, usize),
 ) {
     unsafe {
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let mut j = 0;
-        while j < outs.len() {
-            let w = w0.add(j * stride);
+        let alone = |j: usize, from: usize| {
+            let (o, w, end) = (outs[j], w0.add(j * stride), pe(j));
+            if end <= from {
+                return;
+            }
             let mut d0 = 0;
-            if j + 1 < outs.len() {
-                let (o, w) = ((outs[j], outs[j + 1]), (w, w0.add((j + 1) * stride)));
+            while d0 + 64 <= hd {
+                axpy::<8>(o.add(d0), w, from, end, |p| vrow(p, d0));
+                d0 += 64;
+            }
+            while d0 < hd {
+                axpy::<1>(o.add(d0), w, from, end, |p| vrow(p, d0));
+                d0 += 8;
+            }
+        };
+        let mut j = 0;
+        while j + 1 < outs.len() {
+            let both = pe(j).min(pe(j + 1)).max(p0);
+            let o = (outs[j], outs[j + 1]);
+            let w = (w0.add(j * stride), w0.add((j + 1) * stride));
+            if both > p0 {
+                let mut d0 = 0;
                 while d0 + 32 <= hd {
-                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, both, |p| vrow(p, d0));
                     d0 += 32;
                 }
                 while d0 < hd {
-                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, pe, |p| vrow(p, d0));
+                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, both, |p| vrow(p, d0));
                     d0 += 8;
                 }
-                j += 2;
-            } else {
-                while d0 + 64 <= hd {
-                    axpy::<8>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 64;
-                }
-                while d0 < hd {
-                    axpy::<1>(outs[j].add(d0), w, p0, pe, |p| vrow(p, d0));
-                    d0 += 8;
-                }
-                j += 1;
             }
+            alone(j, both);
+            alone(j + 1, both);
+            j += 2;
+        }
+        if j < outs.len() {
+            alone(j, p0);
         }
     }
 }

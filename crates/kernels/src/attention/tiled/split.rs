@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
-    decode_scores, decode_values, direct_available, direct_avx2, scores_direct, values_direct,
+    direct_available, direct_avx2, scores_direct, scores_rows, values_direct, values_rows,
     AttnMetadata, AttnShape, Direct, KvElem, Tile, KB, MAX_DIRECT_HEADS, QT,
 };
 use crate::ops::softmax_in_place;
@@ -447,7 +447,7 @@ fn wait_for_softmax(left: &AtomicU32, failed: &AtomicBool) {
 }
 
 /// Scores of one KV group's heads `qs` against keys `p0..pe` of an f32 cache, read in place,
-/// by the unsplit tile's own loop (`decode_scores`): every score has its bits. `rows`: the
+/// by the unsplit tile's own loop (`scores_rows`): every score has its bits. `rows`: the
 /// first head's score row and stride.
 ///
 /// # Safety
@@ -465,12 +465,12 @@ unsafe fn scores_f32<E: KvElem>(
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, k) = (t.head_dim, t.k.cast::<f32>());
         let krow = |p: usize| k.add(t.offs[p] + g * hd);
-        decode_scores(qs, krow, hd, t.scale, keys, rows);
+        scores_rows(qs, |_| keys.1, krow, (hd, t.scale), keys.0, rows);
     }
 }
 
 /// `out_h += w_h(p) * v_p` for keys `p0..pe` of an f32 cache and one KV group's heads `outs`,
-/// by the unsplit tile's own loop (`decode_values`): every lane runs its chain. `w`: the first
+/// by the unsplit tile's own loop (`values_rows`): every lane runs its chain. `w`: the first
 /// head's weight row and stride.
 ///
 /// # Safety
@@ -487,6 +487,6 @@ unsafe fn values_f32<E: KvElem>(
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, v) = (t.head_dim, t.v.cast::<f32>());
         let vrow = |p: usize, d0: usize| v.add(t.offs[p] + g * hd + d0);
-        decode_values(outs, vrow, hd, keys, w);
+        values_rows(outs, |_| keys.1, vrow, hd, keys.0, w);
     }
 }
