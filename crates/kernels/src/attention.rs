@@ -587,8 +587,8 @@ mod tests {
     /// A query's bits do not depend on whether it runs as a decode row (whose half-float keys
     /// and values are read in place: with AVX-512VL's registers natively, with AVX2's under
     /// `OXLLM_ISA=avx2`) or as the last row of a prefill chunk (whose blocks are widened
-    /// first): groups of 2, 3 and 4 heads, head sizes 24 to 128, contexts that end inside a
-    /// key block.
+    /// first), for every row of the chunk: groups of 2, 3 and 4 heads, head sizes 24 to 128,
+    /// contexts that end inside a key block.
     #[test]
     fn decode_rows_match_the_same_query_in_a_prefill_chunk() {
         for (n_heads, n_kv_heads, head_dim, len) in
@@ -626,6 +626,20 @@ mod tests {
                 p.iter().zip(d).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "{n_heads}/{n_kv_heads} heads of {head_dim}: decode and prefill bits differ"
             );
+            // Every row of the chunk (queries paired in a tile or alone, each seeing one key
+            // more than the one before) has the bits of its own decode row.
+            for i in 0..chunk - 1 {
+                let n = len - chunk + i + 1;
+                let row = (&k[..n * kw], &v[..n * kw], &table[..], 1, &q[i * qw..][..qw]);
+                let decode = run_seqs_in::<half::f16>(shape, bs, &[row], false);
+                assert!(
+                    prefill[i * qw..][..qw]
+                        .iter()
+                        .zip(&decode)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{n_heads}/{n_kv_heads} heads of {head_dim}: chunk row {i} differs from decode"
+                );
+            }
             // Among other decode rows (one item per sequence) the same bits again.
             let other: Vec<f32> = (0..qw).map(|i| val(i, 17)).collect();
             let rows: Vec<Seq<'_>> = (0..12)
