@@ -630,7 +630,13 @@ mod tests {
             // more than the one before) has the bits of its own decode row.
             for i in 0..chunk - 1 {
                 let n = len - chunk + i + 1;
-                let row = (&k[..n * kw], &v[..n * kw], &table[..], 1, &q[i * qw..][..qw]);
+                let row = (
+                    &k[..n * kw],
+                    &v[..n * kw],
+                    &table[..],
+                    1,
+                    &q[i * qw..][..qw],
+                );
                 let decode = run_seqs_in::<half::f16>(shape, bs, &[row], false);
                 assert!(
                     prefill[i * qw..][..qw]

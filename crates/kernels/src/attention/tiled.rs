@@ -43,8 +43,12 @@ pub(super) use split::set_allowed as set_split_allowed;
 #[cfg(test)]
 pub(super) use split::{allowed as split_allowed, splits_here, MIN_CONTEXT as SPLIT_MIN_CONTEXT};
 
-/// Queries per tile.
-const QT: usize = 8;
+/// Consecutive queries of one head per prefill tile: each widened key or value block serves
+/// them all (at 8 every block was widened twice as often: docs/BENCHMARKS.md, "Prefill
+/// attention").
+const QT: usize = 16;
+/// The most heads per KV head that a decode item takes as one tile (and the split batches).
+const GROUP_MAX: usize = 8;
 /// Queries of a tile that takes every head of one decode token.
 const MAXQ: usize = 64;
 /// Keys per block (K and V rows of a block stay in L1 while the tile passes over them).
@@ -139,7 +143,7 @@ fn tiled_items<E: KvElem>(
             "sequence {s}: query rows out of range"
         );
         max_len = max_len.max(seq_len);
-        if b - a == 1 && group > 1 && group <= QT {
+        if b - a == 1 && group > 1 && group <= GROUP_MAX {
             // A single query row (decode): the heads sharing a KV head form one tile, so each
             // K/V row and block-table entry is read once for the whole group.
             if whole_seq {

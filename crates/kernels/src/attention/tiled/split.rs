@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{
     direct_available, direct_avx2, scores_direct, scores_rows, values_direct, values_rows,
-    AttnMetadata, AttnShape, Direct, KvElem, Tile, KB, MAX_DIRECT_HEADS, QT,
+    AttnMetadata, AttnShape, Direct, KvElem, Tile, GROUP_MAX, KB, MAX_DIRECT_HEADS,
 };
 use crate::ops::softmax_in_place;
 use crate::pool::{SharedMut, ThreadPool};
@@ -136,7 +136,7 @@ pub(super) fn run<E: KvElem>(
         ..
     } = shape;
     let group = n_heads / n_kv_heads;
-    if threads < 2 || !(2..=QT).contains(&group) || !allowed() {
+    if threads < 2 || !(2..=GROUP_MAX).contains(&group) || !allowed() {
         return false;
     }
     let cap = meta.block_table_stride * meta.block_size;
@@ -360,7 +360,7 @@ fn run_plan<E: KvElem>(
             for p0 in (0..row.ctx).step_by(KB) {
                 let pe = (p0 + KB).min(row.ctx);
                 for (h, n) in batches(g) {
-                    let outs: [*mut f32; QT] = std::array::from_fn(|j| {
+                    let outs: [*mut f32; GROUP_MAX] = std::array::from_fn(|j| {
                         out.ptr_at(row.t * q_width + (h + j.min(n - 1)) * hd)
                     });
                     let w = (
@@ -387,7 +387,7 @@ fn run_plan<E: KvElem>(
         for p0 in (k0..k1).step_by(KB) {
             let pe = (p0 + KB).min(k1);
             for (h, n) in batches(g) {
-                let qs: [*const f32; QT] = std::array::from_fn(|j| {
+                let qs: [*const f32; GROUP_MAX] = std::array::from_fn(|j| {
                     q[row.t * q_width + (h + j.min(n - 1)) * hd..].as_ptr()
                 });
                 let rows = (scores.ptr_at(row.scores + h * row.ctx), row.ctx);
