@@ -631,11 +631,12 @@ unsafe fn axpy<const NC: usize>(
 /// Scores of queries `qs` of one KV group against keys `p0..pe(j)` (query `j`'s own end: the
 /// same for the heads of a decode token, one more per query along a prefill tile),
 /// `krow(p)` the group's part of key row `p`. Queries go in pairs that share each key load
-/// (`dot4x2`: eight independent fma chains, where one query's four would wait on their
-/// latency) over the keys both see, then each alone (`dot4`) over the rest; every score has
-/// `dot4`'s bits, times `scale`, whatever its pairing. `(row0, stride)`: the first query's
-/// score row and the stride between rows. Shared by the tiles and the key-range split
-/// (`split`), so a score never depends on which computed it.
+/// ([`dot4_n`]: 8 independent fma chains, where one query's 4 wait on their latency; threes,
+/// 12 chains in AVX2's 16 registers, ran no faster) over the keys both see, then each alone
+/// (`dot4`) over the rest;
+/// every score has `dot4`'s bits, times `scale`, whatever its grouping. `(row0, stride)`: the
+/// first query's score row and the stride between rows. Shared by the tiles and the key-range
+/// split (`split`), so a score never depends on which computed it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scores_rows(
@@ -650,55 +651,78 @@ unsafe fn scores_rows(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let alone = |j: usize, from: usize| {
-            let (end, row) = (pe(j), row0.add(j * stride));
-            let mut p = from;
-            while p < end {
-                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(end - 1)));
-                let d = dot4(qs[j], ks, hd);
-                for (u, &dv) in d.iter().enumerate().take(end - p) {
+        let mut j = 0;
+        while j < qs.len() {
+            let n = (qs.len() - j).min(2);
+            let p = if n == 2 {
+                scores_shared::<2>(j, qs, &pe, &krow, (hd, scale), p0, (row0, stride))
+            } else {
+                p0
+            };
+            for (i, &q) in qs.iter().enumerate().skip(j).take(n) {
+                // Each query alone over the keys past the shared ones.
+                let (end, row) = (pe(i), row0.add(i * stride));
+                let mut p = p;
+                while p < end {
+                    let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(end - 1)));
+                    let d = dot4(q, ks, hd);
+                    for (u, &dv) in d.iter().enumerate().take(end - p) {
+                        *row.add(p + u) = dv * scale;
+                    }
+                    p += 4;
+                }
+            }
+            j += n;
+        }
+    }
+}
+
+/// The scores of queries `j..j + N` over the keys from `p0` that all of them see, by
+/// [`dot4_n`]; returns the first key it left (every query's end where the ends are equal).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_shared<const N: usize>(
+    j: usize,
+    qs: &[*const f32],
+    pe: &impl Fn(usize) -> usize,
+    krow: &impl Fn(usize) -> *const f32,
+    (hd, scale): (usize, f32),
+    p0: usize,
+    (row0, stride): (*mut f32, usize),
+) -> usize {
+    unsafe {
+        // SAFETY: as `scores_rows`'.
+        let ends: [usize; N] = std::array::from_fn(|i| pe(j + i));
+        let least = ends.iter().copied().min().unwrap_or(p0).max(p0);
+        // A last partial quad pads with the query's last key: shared only by equal ends.
+        let both = if ends.iter().all(|&e| e == ends[0]) {
+            least
+        } else {
+            p0 + ((least - p0) & !3)
+        };
+        let q: [*const f32; N] = std::array::from_fn(|i| qs[j + i]);
+        let rows: [*mut f32; N] = std::array::from_fn(|i| row0.add((j + i) * stride));
+        let mut p = p0;
+        while p < both {
+            let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(both - 1)));
+            let d = dot4_n::<N>(q, ks, hd);
+            for (row, d) in rows.iter().zip(&d) {
+                for (u, &dv) in d.iter().enumerate().take(both - p) {
                     *row.add(p + u) = dv * scale;
                 }
-                p += 4;
             }
-        };
-        let mut j = 0;
-        while j + 1 < qs.len() {
-            let (e0, e1) = (pe(j), pe(j + 1));
-            // A last partial quad pads with the query's last key: shared only by equal ends.
-            let both = if e0 == e1 {
-                e0
-            } else {
-                let m = e0.min(e1).max(p0);
-                p0 + ((m - p0) & !3)
-            };
-            let rows = (row0.add(j * stride), row0.add((j + 1) * stride));
-            let mut p = p0;
-            while p < both {
-                let ks: [*const f32; 4] = std::array::from_fn(|u| krow((p + u).min(both - 1)));
-                let (d0, d1) = dot4x2(qs[j], qs[j + 1], ks, hd);
-                for u in 0..(both - p).min(4) {
-                    *rows.0.add(p + u) = d0[u] * scale;
-                    *rows.1.add(p + u) = d1[u] * scale;
-                }
-                p += 4;
-            }
-            alone(j, p);
-            alone(j + 1, p);
-            j += 2;
+            p += 4;
         }
-        if j < qs.len() {
-            alone(j, p0);
-        }
+        p
     }
 }
 
 /// `out_j += w_j(p) * v_p` for queries `outs` of one KV group and keys `p0..pe(j)` (as in
 /// [`scores_rows`]), `vrow(p, d0)` the group's part of value row `p` from dimension `d0`:
-/// queries go in pairs that share each value load (`axpy2`) over the keys both see, then each
-/// alone (`axpy`) over the rest, so every lane runs `axpy`'s chain over `p` ascending.
-/// `(w0, stride)`: the first query's weight row and the stride between rows. Shared by the
-/// tiles and the key-range split (`split`).
+/// queries go in pairs that share each value load ([`axpy_n`]) over the keys both see, then
+/// each alone (`axpy`) over the rest, so every lane runs `axpy`'s chain
+/// over `p` ascending. `(w0, stride)`: the first query's weight row and the stride between
+/// rows. Shared by the tiles and the key-range split (`split`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn values_rows(
@@ -713,54 +737,70 @@ unsafe fn values_rows(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let alone = |j: usize, from: usize| {
-            let (o, w, end) = (outs[j], w0.add(j * stride), pe(j));
-            if end <= from {
-                return;
-            }
-            let mut d0 = 0;
-            while d0 + 64 <= hd {
-                axpy::<8>(o.add(d0), w, from, end, |p| vrow(p, d0));
-                d0 += 64;
-            }
-            while d0 < hd {
-                axpy::<1>(o.add(d0), w, from, end, |p| vrow(p, d0));
-                d0 += 8;
-            }
-        };
         let mut j = 0;
-        while j + 1 < outs.len() {
-            let both = pe(j).min(pe(j + 1)).max(p0);
-            let o = (outs[j], outs[j + 1]);
-            let w = (w0.add(j * stride), w0.add((j + 1) * stride));
-            if both > p0 {
+        while j < outs.len() {
+            let n = (outs.len() - j).min(2);
+            let both = (j..j + n).map(&pe).min().unwrap_or(p0).max(p0);
+            if n == 2 && both > p0 {
+                values_shared::<2>((j, w0, stride), outs, &vrow, hd, (p0, both));
+            }
+            let from = if n > 1 { both } else { p0 };
+            for (i, &o) in outs.iter().enumerate().skip(j).take(n) {
+                // Each query alone over the keys past the shared ones.
+                let (w, end) = (w0.add(i * stride), pe(i));
+                if end <= from {
+                    continue;
+                }
                 let mut d0 = 0;
-                while d0 + 32 <= hd {
-                    axpy2::<4>((o.0.add(d0), o.1.add(d0)), w, p0, both, |p| vrow(p, d0));
-                    d0 += 32;
+                while d0 + 64 <= hd {
+                    axpy::<8>(o.add(d0), w, from, end, |p| vrow(p, d0));
+                    d0 += 64;
                 }
                 while d0 < hd {
-                    axpy2::<1>((o.0.add(d0), o.1.add(d0)), w, p0, both, |p| vrow(p, d0));
+                    axpy::<1>(o.add(d0), w, from, end, |p| vrow(p, d0));
                     d0 += 8;
                 }
             }
-            alone(j, both);
-            alone(j + 1, both);
-            j += 2;
-        }
-        if j < outs.len() {
-            alone(j, p0);
+            j += n;
         }
     }
 }
 
-/// [`axpy`] for two outputs with their own weights over the same rows: each lane runs the
-/// same fma chain it runs in `axpy`.
+/// `out += w(p) * v_p` for queries `j..j + N` (`at`: `j`, the first query's weight row and
+/// the stride between rows) over keys `p0..both`, which all of them see, by [`axpy_n`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_shared<const N: usize>(
+    (j, w0, stride): (usize, *const f32, usize),
+    outs: &[*mut f32],
+    vrow: &impl Fn(usize, usize) -> *const f32,
+    hd: usize,
+    (p0, both): (usize, usize),
+) {
+    unsafe {
+        // SAFETY: as `values_rows`'.
+        let o = |d0: usize| std::array::from_fn(|i| outs[j + i].add(d0));
+        let w: [*const f32; N] = std::array::from_fn(|i| w0.add((j + i) * stride));
+        let mut d0 = 0;
+        while d0 + 32 <= hd {
+            axpy_n::<N, 4>(o(d0), w, p0, both, |p| vrow(p, d0));
+            d0 += 32;
+        }
+        while d0 < hd {
+            axpy_n::<N, 1>(o(d0), w, p0, both, |p| vrow(p, d0));
+            d0 += 8;
+        }
+    }
+}
+
+/// [`axpy`] for `N` outputs with their own weights over the same rows (each row load serves
+/// them all): each lane runs the same fma chain it runs in `axpy`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn axpy2<const NC: usize>(
-    o: (*mut f32, *mut f32),
-    w: (*const f32, *const f32),
+#[allow(clippy::needless_range_loop)] // (output, chunk) indices name the accumulator registers
+unsafe fn axpy_n<const N: usize, const NC: usize>(
+    o: [*mut f32; N],
+    w: [*const f32; N],
     p0: usize,
     pe: usize,
     row: impl Fn(usize) -> *const f32,
@@ -769,51 +809,52 @@ unsafe fn axpy2<const NC: usize>(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let mut a0: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.0.add(8 * c)));
-        let mut a1: [__m256; NC] = std::array::from_fn(|c| _mm256_loadu_ps(o.1.add(8 * c)));
+        let mut acc: [[__m256; NC]; N] =
+            std::array::from_fn(|i| std::array::from_fn(|c| _mm256_loadu_ps(o[i].add(8 * c))));
         for p in p0..pe {
-            let (w0, w1) = (_mm256_set1_ps(*w.0.add(p)), _mm256_set1_ps(*w.1.add(p)));
+            let wv: [__m256; N] = std::array::from_fn(|i| _mm256_set1_ps(*w[i].add(p)));
             let vr = row(p);
             for c in 0..NC {
                 let v = _mm256_loadu_ps(vr.add(8 * c));
-                a0[c] = _mm256_fmadd_ps(w0, v, a0[c]);
-                a1[c] = _mm256_fmadd_ps(w1, v, a1[c]);
+                for i in 0..N {
+                    acc[i][c] = _mm256_fmadd_ps(wv[i], v, acc[i][c]);
+                }
             }
         }
-        for c in 0..NC {
-            _mm256_storeu_ps(o.0.add(8 * c), a0[c]);
-            _mm256_storeu_ps(o.1.add(8 * c), a1[c]);
+        for i in 0..N {
+            for c in 0..NC {
+                _mm256_storeu_ps(o[i].add(8 * c), acc[i][c]);
+            }
         }
     }
 }
 
-/// [`dot4`] of two queries against the same four keys, sharing each key load; every
-/// (query, key) result has `dot4`'s bits.
+/// [`dot4`] of `N` queries against the same four keys, sharing each key load (`4 N`
+/// independent fma chains); every (query, key) result has `dot4`'s bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot4x2(
-    q0: *const f32,
-    q1: *const f32,
+unsafe fn dot4_n<const N: usize>(
+    q: [*const f32; N],
     k: [*const f32; 4],
     hd: usize,
-) -> ([f32; 4], [f32; 4]) {
+) -> [[f32; 4]; N] {
     unsafe {
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        let mut a0 = [_mm256_setzero_ps(); 4];
-        let mut a1 = [_mm256_setzero_ps(); 4];
+        let mut acc = [[_mm256_setzero_ps(); 4]; N];
         let mut d = 0;
         while d < hd {
-            let (x0, x1) = (_mm256_loadu_ps(q0.add(d)), _mm256_loadu_ps(q1.add(d)));
+            let x: [__m256; N] = std::array::from_fn(|i| _mm256_loadu_ps(q[i].add(d)));
             for u in 0..4 {
                 let kv = _mm256_loadu_ps(k[u].add(d));
-                a0[u] = _mm256_fmadd_ps(x0, kv, a0[u]);
-                a1[u] = _mm256_fmadd_ps(x1, kv, a1[u]);
+                for i in 0..N {
+                    acc[i][u] = _mm256_fmadd_ps(x[i], kv, acc[i][u]);
+                }
             }
             d += 8;
         }
-        (reduce4(a0), reduce4(a1))
+        acc.map(|a| reduce4(a))
     }
 }
 
@@ -867,7 +908,7 @@ mod tests {
             .collect()
     }
 
-    /// The two-query forms give each query exactly the single-query bits.
+    /// The two- and three-query forms give each query exactly the single-query bits.
     #[test]
     fn paired_queries_match_single_queries_bit_for_bit() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
@@ -881,12 +922,23 @@ mod tests {
         // SAFETY: features checked; every pointer addresses hd floats.
         let (pair, single) = unsafe {
             (
-                dot4x2(q0.as_ptr(), q1.as_ptr(), k, hd),
+                dot4_n::<2>([q0.as_ptr(), q1.as_ptr()], k, hd),
                 (dot4(q0.as_ptr(), k, hd), dot4(q1.as_ptr(), k, hd)),
             )
         };
-        assert_eq!(pair.0.map(f32::to_bits), single.0.map(f32::to_bits));
-        assert_eq!(pair.1.map(f32::to_bits), single.1.map(f32::to_bits));
+        assert_eq!(pair[0].map(f32::to_bits), single.0.map(f32::to_bits));
+        assert_eq!(pair[1].map(f32::to_bits), single.1.map(f32::to_bits));
+        let q2 = data(hd, 29);
+        // SAFETY: as above.
+        let (three, alone) = unsafe {
+            (
+                dot4_n::<3>([q0.as_ptr(), q1.as_ptr(), q2.as_ptr()], k, hd),
+                dot4(q2.as_ptr(), k, hd),
+            )
+        };
+        assert_eq!(three[0].map(f32::to_bits), single.0.map(f32::to_bits));
+        assert_eq!(three[1].map(f32::to_bits), single.1.map(f32::to_bits));
+        assert_eq!(three[2].map(f32::to_bits), alone.map(f32::to_bits));
 
         let rows: Vec<Vec<f32>> = (0..9).map(|p| data(hd, 17 + p)).collect();
         let (w0, w1) = (data(9, 3), data(9, 5));
@@ -895,9 +947,9 @@ mod tests {
         // SAFETY: as above; outputs hold hd floats, weights 9.
         unsafe {
             let row = |p: usize| rows[p].as_ptr();
-            axpy2::<4>(
-                (a.as_mut_ptr(), b.as_mut_ptr()),
-                (w0.as_ptr(), w1.as_ptr()),
+            axpy_n::<2, 4>(
+                [a.as_mut_ptr(), b.as_mut_ptr()],
+                [w0.as_ptr(), w1.as_ptr()],
                 2,
                 9,
                 row,
@@ -913,5 +965,24 @@ mod tests {
             b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
             b1.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         );
+        let (mut c, w2) = (data(hd, 31), data(9, 7));
+        let mut c1 = c.clone();
+        let (mut a2, mut b2) = (data(hd, 19), data(hd, 23));
+        // SAFETY: as above.
+        unsafe {
+            let row = |p: usize| rows[p].as_ptr();
+            axpy_n::<3, 4>(
+                [a2.as_mut_ptr(), b2.as_mut_ptr(), c.as_mut_ptr()],
+                [w0.as_ptr(), w1.as_ptr(), w2.as_ptr()],
+                2,
+                9,
+                row,
+            );
+            axpy::<4>(c1.as_mut_ptr(), w2.as_ptr(), 2, 9, row);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a2), bits(&a1));
+        assert_eq!(bits(&b2), bits(&b1));
+        assert_eq!(bits(&c), bits(&c1));
     }
 }
