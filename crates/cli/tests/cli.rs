@@ -350,9 +350,10 @@ fn greedy_ids(
 #[test]
 fn a_k_quant_model_gives_the_same_ids_on_every_kernel_family_alone_or_batched() {
     // Q4_K / Q5_K / Q6_K layers and a Q6_K tied head (scripts/oracle/make_tiny_kquant.py): the
-    // k-quant panels run the AVX512-VNNI kernel natively where the CPU has it and the AVX2
-    // kernel under OXLLM_ISA=avx2, both with the reference's bits, so every greedy id agrees,
-    // and agrees with the row-major kernels and with a line run alone on one thread.
+    // k-quant panels run the AVX512-VNNI kernel natively where the CPU has it, the AVX-VNNI
+    // kernel under OXLLM_ISA=avxvnni and the AVX2 kernel under OXLLM_ISA=avx2, all with the
+    // reference's bits, so every greedy id agrees, and agrees with the row-major kernels and
+    // with a line run alone on one thread.
     let model = repo().join("tests/fixtures/tiny/llama-kquant.gguf");
     let line = |prompt: Vec<u32>| serde_json::json!({"prompt_ids": prompt, "max_tokens": 10, "ignore_eos": true, "temperature": 0});
     let lines = [
@@ -374,6 +375,15 @@ fn a_k_quant_model_gives_the_same_ids_on_every_kernel_family_alone_or_batched() 
         &["--threads", "2"],
     );
     assert_eq!(avx2, native, "AVX2 kernels");
+    // AVX-VNNI without AVX-512 (an Alder Lake / Sierra Forest class dispatch): the AVX-VNNI
+    // k-panel kernel where the CPU has `avxvnni`, else the AVX2 one.
+    let avx_vnni = greedy_ids(
+        &model,
+        &lines,
+        &[("OXLLM_ISA", "avxvnni")],
+        &["--threads", "2"],
+    );
+    assert_eq!(avx_vnni, native, "AVX-VNNI kernels");
     let rows = greedy_ids(
         &model,
         &lines,

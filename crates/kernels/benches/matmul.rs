@@ -7,8 +7,9 @@
 //! `WeightLayout::Rows`, the backend option `--weight-layout`) at m = 1 and 16; and each panel kernel
 //! family the CPU has (AVX2, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
 //! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16; and the k-quant panels (Q4_K,
-//! Q5_K, Q6_K, AVX2 kernel) against the same weights row-major (one AVX2 dot per row pair)
-//! at m = 1, 16 and 128 (`-- kquant_panels` runs only these). Run:
+//! Q5_K, Q6_K; each kernel family the CPU has: AVX2, AVX-VNNI, AVX512-VNNI) against the same
+//! weights row-major (one AVX2 dot per row pair) at m = 1, 16 and 128 (`-- kquant_panels`
+//! runs only these; `OXLLM_BENCH_THREADS=1` runs them on one thread, default 2). Run:
 //! `cargo bench -p oxllm-kernels --bench matmul`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -227,7 +228,12 @@ fn kquant_bytes(rng: &mut Lcg, dtype: DType, rows: usize, cols: usize) -> Vec<u8
 /// row-major, where `matmul` runs one AVX2 dot per (activation row, weight row), at m = 1
 /// (decode), 16 (batch-16 decode) and 128 (prefill); rows and panels alternate per shape.
 fn bench_kquant_panels(c: &mut Criterion) {
-    let pool = ThreadPool::new(2);
+    // OXLLM_BENCH_THREADS=1 gives single-thread figures (a kernel's own speed, no split).
+    let threads = std::env::var("OXLLM_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let pool = ThreadPool::new(threads);
     let mut rng = Lcg(19);
     let mut g = c.benchmark_group("kquant_panels");
     g.warm_up_time(Duration::from_millis(200))

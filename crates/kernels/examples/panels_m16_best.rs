@@ -4,13 +4,14 @@
 //! not. Random weights (scales set to keep sums small), random activations; prints a checksum
 //! of the outputs so two builds can be checked to compute the same thing.
 //!
-//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES]`
+//! `cargo run --release -p oxllm-kernels --example panels_m16_best -- q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES] [KERNEL]`
 //! (`head`: SmolLM2's Q8_0 49152x576 output head with 16-bit activations; q4_1 / q8_0
 //! 1536x576; k-quants 2048x768; `q4_1:192x576` and the like name another shape). Run it with `OXLLM_ISA=avx2` on AVX-512 hosts as well: the
 //! panels are packed the same way, and the AVX2 kernel is named explicitly. With `COPIES`
 //! (default 1) an iteration runs the call on each of that many copies of the matrix in turn
 //! and the best iteration is divided by `COPIES`: with enough copies the weights no longer
 //! sit in the core's L2 between calls, as in a model's step, where every matrix is read once.
+//! `KERNEL` (default `avx2`) names the panel kernel family: `avx2`, `avxvnni` or `avx512vnni`.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -48,18 +49,30 @@ fn main() -> ExitCode {
     let iters = args.get(1).and_then(|s| s.parse::<usize>().ok());
     let m = args.get(2).map_or(Some(16), |s| s.parse::<usize>().ok());
     let copies = args.get(3).map_or(Some(1), |s| s.parse::<usize>().ok());
-    let (Some((dtype, n, k, head)), Some(iters), Some(m), Some(copies)) = (
+    let kernel = match args.get(4).map(String::as_str) {
+        None | Some("avx2") => Some(PanelKernel::Avx2),
+        Some("avxvnni") => Some(PanelKernel::AvxVnni),
+        Some("avx512vnni") => Some(PanelKernel::Avx512Vnni),
+        Some(_) => None,
+    };
+    let (Some((dtype, n, k, head)), Some(iters), Some(m), Some(copies), Some(kernel)) = (
         shape,
         iters.filter(|&i| i > 0),
         m.filter(|&m| m > 0),
         copies.filter(|&c| c > 0),
+        kernel,
     ) else {
         eprintln!(
-            "usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES] (all > 0)"
+            "usage: panels_m16_best q4_1|q8_0|head|q4_k|q5_k|q6_k ITERS [M] [COPIES] \
+             [avx2|avxvnni|avx512vnni] (numbers > 0)"
         );
         return ExitCode::FAILURE;
     };
-    match run(dtype, (n, k, head), iters, (m, copies)) {
+    if !kernel.available() {
+        eprintln!("panels_m16_best: this CPU (or OXLLM_ISA) does not run {kernel:?}");
+        return ExitCode::FAILURE;
+    }
+    match run(dtype, (n, k, head), iters, (m, copies), kernel) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("panels_m16_best: {e}");
@@ -73,6 +86,7 @@ fn run(
     (n, k, head): (usize, usize, bool),
     iters: usize,
     (m, copies): (usize, usize),
+    kernel: PanelKernel,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let pool = ThreadPool::new(1);
     let mut state = 17u64;
@@ -124,14 +138,14 @@ fn run(
     for _ in 0..iters {
         let t = Instant::now();
         for w in &ws {
-            matmul_panels_with(PanelKernel::Avx2, &pool, w, &acts, &mut out)?;
+            matmul_panels_with(kernel, &pool, w, &acts, &mut out)?;
         }
         best = best.min(t.elapsed().as_secs_f64() / copies as f64);
     }
     let macs = (m * n * k) as f64;
     let sum: f64 = out.iter().map(|&v| f64::from(v)).sum();
     println!(
-        "{dtype} {n}x{k} m={m}, {copies} copies, 1 thread, AVX2 panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
+        "{dtype} {n}x{k} m={m}, {copies} copies, 1 thread, {kernel:?} panels: best of {iters} {:.1} us, {:.1} GMAC/s, checksum {sum}",
         best * 1e6,
         macs / best / 1e9
     );

@@ -38,6 +38,8 @@ mod kpanel_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kpanel_avx512;
 #[cfg(target_arch = "x86_64")]
+mod kpanel_avxvnni;
+#[cfg(target_arch = "x86_64")]
 mod kpanel_run;
 mod matrix;
 mod pairwise;

@@ -380,13 +380,14 @@ mod tests {
         }
     }
 
-    /// Each kernel family this CPU runs (AVX2; AVX512-VNNI where allowed), through
+    /// Each kernel family this CPU runs (AVX2; AVX-VNNI and AVX512-VNNI where allowed), through
     /// `matmul_panels_with` on a packed matrix, and `matmul`'s own dispatch, give the
     /// reference's bits for every output: each format; 1 to 40 activation rows (every
     /// rows-per-call remainder, decode- and prefill-sized tiles); one to six super-blocks;
     /// panel counts with partial last panels (fewer and more than 8 live rows); and the extreme
     /// quants against all-positive and all-negative activation rows (the AVX2 kernel's i16
-    /// sums at their bound). Run again under `OXLLM_ISA=avx2` for the dispatch at AVX2.
+    /// sums at their bound). Run again under `OXLLM_ISA=avx2` / `OXLLM_ISA=avxvnni` for the
+    /// dispatch at AVX2 / AVX-VNNI.
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
         use crate::matmul::{matmul, matmul_panels_with, quantize_acts, PanelKernel, QMatrix};

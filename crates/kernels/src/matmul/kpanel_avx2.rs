@@ -90,48 +90,68 @@ pub(crate) unsafe fn kpanel_half<const C: usize, const K: u8>(
                     }
                 }
             }
-            if K == Q6K {
-                // -32 * sum_g sc_g * bsum_g, by pairs of groups.
-                let mut off = [_mm256_setzero_si256(); C];
-                for i in 0..8 {
-                    let s = r.add(f.sc + 2 * i * P + 8 * h);
-                    let sc = dup_pairs(s, s.add(P), true);
-                    each_row!(C, c => {
-                        let bs = _mm256_set1_epi32(a[c].add(A_BSUMS + 4 * i).cast::<i32>().read_unaligned());
-                        off[c] = _mm256_add_epi32(off[c], _mm256_madd_epi16(sc, bs));
-                    });
-                }
-                each_row!(C, c => {
-                    isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(off[c]));
-                });
-            }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(f.d + 16 * h).cast()));
-            each_row!(C, c => {
-                let da = _mm256_set1_ps(a[c].cast::<f32>().read_unaligned());
-                let s = _mm256_mul_ps(dw, da);
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
-            });
-            if K != Q6K {
-                // sum_j mn_j * (bsum_2j + bsum_2j+1): each lane's min in both i16 of its dword
-                // against the broadcast dword of the two bsums.
-                let mut imin = [_mm256_setzero_si256(); C];
-                for j in 0..8 {
-                    let m = r.add(f.mn + j * P + 8 * h);
-                    let mn = dup_pairs(m, m, false);
-                    each_row!(C, c => {
-                        let bs = _mm256_set1_epi32(a[c].add(A_BSUMS + 4 * j).cast::<i32>().read_unaligned());
-                        imin[c] = _mm256_add_epi32(imin[c], _mm256_madd_epi16(mn, bs));
-                    });
-                }
-                let dm = _mm256_cvtph_ps(_mm_loadu_si128(r.add(f.dmin + 16 * h).cast()));
-                each_row!(C, c => {
-                    let da = _mm256_set1_ps(a[c].cast::<f32>().read_unaligned());
-                    let s = _mm256_mul_ps(dm, da);
-                    acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin[c]), s, acc[c]);
-                });
-            }
+            block_end::<C, K>(f, r, h, &a, isum, &mut acc);
         }
         store(out, col, bits, &acc);
+    }
+}
+
+/// The end of super-block `r` for half `h` once `isum` holds each row's `sum scale * q * a`
+/// over the quants as stored (Q6_K's unsigned, `0..=63`): Q6_K's `-32` offset from `bsums`,
+/// then the reference's float steps into `acc` (Q4_K/Q5_K: and the mins). Shared by the AVX2
+/// and AVX-VNNI kernels, which differ only in how they build `isum`.
+#[inline(always)]
+pub(crate) unsafe fn block_end<const C: usize, const K: u8>(
+    f: &KPanelFormat,
+    r: *const u8,
+    h: usize,
+    a: &[*const u8; C],
+    mut isum: [__m256i; C],
+    acc: &mut [__m256; C],
+) {
+    unsafe {
+        // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
+        // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
+        if K == Q6K {
+            // -32 * sum_g sc_g * bsum_g, by pairs of groups.
+            let mut off = [_mm256_setzero_si256(); C];
+            for i in 0..8 {
+                let s = r.add(f.sc + 2 * i * P + 8 * h);
+                let sc = dup_pairs(s, s.add(P), true);
+                each_row!(C, c => {
+                    let bs = _mm256_set1_epi32(a[c].add(A_BSUMS + 4 * i).cast::<i32>().read_unaligned());
+                    off[c] = _mm256_add_epi32(off[c], _mm256_madd_epi16(sc, bs));
+                });
+            }
+            each_row!(C, c => {
+                isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(off[c]));
+            });
+        }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(f.d + 16 * h).cast()));
+        each_row!(C, c => {
+            let da = _mm256_set1_ps(a[c].cast::<f32>().read_unaligned());
+            let s = _mm256_mul_ps(dw, da);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
+        });
+        if K != Q6K {
+            // sum_j mn_j * (bsum_2j + bsum_2j+1): each lane's min in both i16 of its dword
+            // against the broadcast dword of the two bsums.
+            let mut imin = [_mm256_setzero_si256(); C];
+            for j in 0..8 {
+                let m = r.add(f.mn + j * P + 8 * h);
+                let mn = dup_pairs(m, m, false);
+                each_row!(C, c => {
+                    let bs = _mm256_set1_epi32(a[c].add(A_BSUMS + 4 * j).cast::<i32>().read_unaligned());
+                    imin[c] = _mm256_add_epi32(imin[c], _mm256_madd_epi16(mn, bs));
+                });
+            }
+            let dm = _mm256_cvtph_ps(_mm_loadu_si128(r.add(f.dmin + 16 * h).cast()));
+            each_row!(C, c => {
+                let da = _mm256_set1_ps(a[c].cast::<f32>().read_unaligned());
+                let s = _mm256_mul_ps(dm, da);
+                acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin[c]), s, acc[c]);
+            });
+        }
     }
 }
 
@@ -176,7 +196,7 @@ unsafe fn q6_k_sums<const C: usize>(
 
 /// The 8 lanes' unsigned quants of dword `k` of sub-block `j` in the record at `r`.
 #[inline(always)]
-unsafe fn quants<const K: u8>(
+pub(crate) unsafe fn quants<const K: u8>(
     f: &KPanelFormat,
     r: *const u8,
     half: usize,
@@ -249,7 +269,12 @@ unsafe fn dup_pairs(p0: *const u8, p1: *const u8, signed: bool) -> __m256i {
 
 /// Writes lanes `bits` of each row's accumulator to `out[c] + col`.
 #[inline(always)]
-unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: &[__m256; C]) {
+pub(crate) unsafe fn store<const C: usize>(
+    out: &[*mut f32; C],
+    col: usize,
+    bits: u8,
+    acc: &[__m256; C],
+) {
     unsafe {
         // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
         // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.

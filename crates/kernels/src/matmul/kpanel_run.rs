@@ -1,13 +1,14 @@
-//! Plans and tiles of the k-quant panel GEMM (`kpanel`; kernels `kpanel_avx2` and, where the
-//! CPU has AVX512-VNNI, `kpanel_avx512`, both with the reference's bits): tiles of (whole
-//! panels of weight rows) x (activation rows) are handed out like the other plans' tiles;
-//! inside a tile each panel (AVX2: each half panel) passes over the tile's rows in kernel
-//! calls of up to `CALL_ROWS`, staying in L1 between calls. Activations are read in place
-//! (Q8_K rows).
+//! Plans and tiles of the k-quant panel GEMM (`kpanel`; kernels `kpanel_avx2`, where the CPU
+//! has AVX-VNNI `kpanel_avxvnni`, and where it has AVX512-VNNI `kpanel_avx512`, all with the
+//! reference's bits): tiles of (whole panels of weight rows) x (activation rows) are handed
+//! out like the other plans' tiles; inside a tile each panel (AVX2 and AVX-VNNI: each half
+//! panel) passes over the tile's rows in kernel calls of up to the kernel's `CALL_ROWS`,
+//! staying in L1 between calls. Activations are read in place (Q8_K rows).
 
 use super::kpanel::{KPanelFormat, Q4K, Q5K, Q6K};
 use super::kpanel_avx2::{kpanel_half, CALL_ROWS};
 use super::kpanel_avx512::{kpanel_full, CALL_ROWS as FULL_CALL_ROWS};
+use super::kpanel_avxvnni::{kpanel_half_vnni, CALL_ROWS as VNNI_CALL_ROWS};
 use super::panel::{PanelKernel, P};
 use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
@@ -73,9 +74,12 @@ pub(super) fn kpanel_plan<'a>(
     let tiles = if m == 0 { 0 } else { n_wt * m.div_ceil(at) };
     type Run = unsafe fn(&KPanelPlan<'_>, usize, usize, usize, &SharedMut<f32>);
     let run: Run = match (kernel, f.kind) {
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, Q4K) => tile::<Q4K>,
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, Q5K) => tile::<Q5K>,
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, _) => tile::<Q6K>,
+        (PanelKernel::Avx2, Q4K) => tile::<Q4K, false>,
+        (PanelKernel::Avx2, Q5K) => tile::<Q5K, false>,
+        (PanelKernel::Avx2, _) => tile::<Q6K, false>,
+        (PanelKernel::AvxVnni, Q4K) => tile::<Q4K, true>,
+        (PanelKernel::AvxVnni, Q5K) => tile::<Q5K, true>,
+        (PanelKernel::AvxVnni, _) => tile::<Q6K, true>,
         (PanelKernel::Avx512Vnni, Q4K) => tile_full::<Q4K>,
         (PanelKernel::Avx512Vnni, Q5K) => tile_full::<Q5K>,
         (PanelKernel::Avx512Vnni, _) => tile_full::<Q6K>,
@@ -130,11 +134,12 @@ fn each_panel(
 }
 
 /// Weight tile `wi` against activation rows `i0..i0 + rows`: each half panel passes over the
-/// rows [`CALL_ROWS`] at a time; the first call of a panel asks for the next panel's weights.
+/// rows [`CALL_ROWS`] (`VNNI`: [`VNNI_CALL_ROWS`]) at a time on the AVX2 (`VNNI`: AVX-VNNI)
+/// kernel; the first call of a panel asks for the next panel's weights.
 ///
 /// # Safety
 /// The CPU runs the kernel; `out` is the plan's output (`m * n` floats).
-unsafe fn tile<const K: u8>(
+unsafe fn tile<const K: u8, const VNNI: bool>(
     p: &KPanelPlan<'_>,
     wi: usize,
     i0: usize,
@@ -147,6 +152,7 @@ unsafe fn tile<const K: u8>(
             if bits == 0 {
                 continue;
             }
+            let per_call = if VNNI { VNNI_CALL_ROWS } else { CALL_ROWS };
             let mut r0 = 0;
             while r0 < rows {
                 let ahead = if h == 0 && r0 == 0 {
@@ -159,18 +165,18 @@ unsafe fn tile<const K: u8>(
                 let first = i0 + r0;
                 // SAFETY: this fn's contract (the CPU runs the kernel, `out` is the plan's).
                 unsafe {
-                    match (rows - r0).min(CALL_ROWS) {
-                        1 => call::<1, K>(p, at, first, dst, out),
-                        2 => call::<2, K>(p, at, first, dst, out),
-                        3 => call::<3, K>(p, at, first, dst, out),
-                        4 => call::<4, K>(p, at, first, dst, out),
-                        5 => call::<5, K>(p, at, first, dst, out),
-                        6 => call::<6, K>(p, at, first, dst, out),
-                        7 => call::<7, K>(p, at, first, dst, out),
-                        _ => call::<8, K>(p, at, first, dst, out),
+                    match (rows - r0).min(per_call) {
+                        1 => call::<1, K, VNNI>(p, at, first, dst, out),
+                        2 => call::<2, K, VNNI>(p, at, first, dst, out),
+                        3 => call::<3, K, VNNI>(p, at, first, dst, out),
+                        4 => call::<4, K, VNNI>(p, at, first, dst, out),
+                        5 => call::<5, K, VNNI>(p, at, first, dst, out),
+                        6 => call::<6, K, VNNI>(p, at, first, dst, out),
+                        7 => call::<7, K, VNNI>(p, at, first, dst, out),
+                        _ => call::<8, K, VNNI>(p, at, first, dst, out),
                     }
                 }
-                r0 += CALL_ROWS;
+                r0 += per_call;
             }
         }
     });
@@ -230,9 +236,9 @@ unsafe fn call_full<const C: usize, const K: u8>(
     }
 }
 
-/// Activation rows `first..first + C` against half a panel.
+/// Activation rows `first..first + C` against half a panel (`VNNI`: on AVX-VNNI).
 #[inline(always)]
-unsafe fn call<const C: usize, const K: u8>(
+unsafe fn call<const C: usize, const K: u8, const VNNI: bool>(
     p: &KPanelPlan<'_>,
     at: (*const u8, usize, *const u8),
     first: usize,
@@ -246,6 +252,10 @@ unsafe fn call<const C: usize, const K: u8>(
         let acts: [*const u8; C] = std::array::from_fn(|c| p.acts.row(first + c).as_ptr());
         // Row starts of the output: this tile writes only its own columns of them.
         let outs: [*mut f32; C] = std::array::from_fn(|c| out.ptr_at((first + c) * n));
-        kpanel_half::<C, K>(p.f, p.nb, at, &acts, &outs, dst);
+        if VNNI {
+            kpanel_half_vnni::<C, K>(p.f, p.nb, at, &acts, &outs, dst);
+        } else {
+            kpanel_half::<C, K>(p.f, p.nb, at, &acts, &outs, dst);
+        }
     }
 }
