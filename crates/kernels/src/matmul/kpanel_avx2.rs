@@ -250,7 +250,7 @@ pub(crate) unsafe fn quants<const K: u8>(
 /// 8 lanes' bytes at `p0` and `p1` as i16 pairs `(p0[l], p1[l])` in dword `l` (`signed`:
 /// bytes are i8, else u8).
 #[inline(always)]
-unsafe fn dup_pairs(p0: *const u8, p1: *const u8, signed: bool) -> __m256i {
+pub(crate) unsafe fn dup_pairs(p0: *const u8, p1: *const u8, signed: bool) -> __m256i {
     unsafe {
         // SAFETY: the operations below rely only on this fn's contract (the CPU features it is
         // compiled for; pointers and lengths inside the buffers it is given), which its caller upholds.
