@@ -4,8 +4,9 @@
 //! for a sequence with a single query row (decode), (sequence, KV head) with the heads of that
 //! KV group as the tile's queries, so K/V rows are read once per group. A step of too few
 //! decode rows for the pool runs [`split`] instead (its scores over key ranges).
-//! Keys are visited in blocks of [`KB`]; each K row of a block is loaded once for all the
-//! tile's queries, and so is each V row. Per query the computation is fixed:
+//! Keys are visited in blocks of [`KB`], which stay in L1 while the tile's queries pass over
+//! them two at a time, each K or V load serving both (`scores_rows`, `values_rows`: one
+//! query's fma chains alone wait on their latency). Per query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
 //!   reduction tree of [`dot4`] (keys are taken four at a time, padded with a repeated key, so a
 //!   key's score never depends on its neighbours);
