@@ -615,7 +615,8 @@ mod tests {
             let k: Vec<f32> = (0..len * kw).map(|i| val(i, 7)).collect();
             let v: Vec<f32> = (0..len * kw).map(|i| val(i, 11)).collect();
             let table: Vec<u32> = (0..len.div_ceil(bs) as u32).rev().collect();
-            let chunk = 5;
+            // Long enough that some shapes take prefill tiles of a whole KV group.
+            let chunk = len.min(64);
             let q: Vec<f32> = (0..chunk * qw).map(|i| val(i, 13)).collect();
             let last = &q[(chunk - 1) * qw..];
             let prefill =

@@ -1,6 +1,8 @@
 //! AVX2+FMA paged attention over query tiles (x86_64, `head_dim % 8 == 0`).
 //!
-//! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence), or,
+//! A work item is (sequence, query head, up to [`QT`] consecutive queries of that sequence) or,
+//! with enough of them for the pool, (sequence, KV head, every head of its group over up to
+//! [`QT`] consecutive queries: each widened key or value block serves them all), or,
 //! for a sequence with a single query row (decode), (sequence, KV head) with the heads of that
 //! KV group as the tile's queries, so K/V rows are read once per group. A step of too few
 //! decode rows for the pool runs [`split`] instead (its scores over key ranges).
@@ -58,6 +60,9 @@ const KB: usize = 32;
 const HEAD_GROUP: u32 = 1 << 31;
 /// With [`HEAD_GROUP`]: the item is every KV group of its sequence, one after the other.
 const ALL_KV_HEADS: u32 = 1 << 30;
+/// Marks a prefill item whose queries are every head of one KV head over a run of positions,
+/// so each widened key or value block serves all of them.
+const KV_TILE: u32 = 1 << 29;
 
 pub(super) fn paged_attention_tiled<E: KvElem>(
     pool: &ThreadPool,
@@ -156,6 +161,21 @@ fn tiled_items<E: KvElem>(
             }
             continue;
         }
+        // Positions per item when an item takes every head of a KV head (`KV_TILE`): as many
+        // as fit the tile's queries. Per head while that would leave threads idle.
+        let per_group = QT.min(MAXQ / group.max(1)).max(1);
+        if group > 1
+            && group <= MAXQ
+            && (b - a).div_ceil(per_group) * n_kv_heads >= 4 * pool.n_threads().max(1)
+        {
+            for t0 in (a..b).step_by(per_group) {
+                let nq = (b - t0).min(per_group);
+                for kvh in 0..n_kv_heads {
+                    items.push([s as u32, t0 as u32, nq as u32, KV_TILE | kvh as u32]);
+                }
+            }
+            continue;
+        }
         for t0 in (a..b).step_by(QT) {
             let nq = (b - t0).min(QT);
             for h in 0..n_heads {
@@ -176,7 +196,7 @@ fn tiled_items<E: KvElem>(
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
         // Every score, offset and widened row is written before it is read.
-        let mut scores = Scratch::<f32>::take_dirty(QT.max(n_heads) * cap);
+        let mut scores = Scratch::<f32>::take_dirty(MAXQ.max(n_heads) * cap);
         let mut offs = Scratch::<usize>::take_dirty(cap);
         // Half-float caches: one key block (or value block) widened once for every query.
         let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * kv_width });
@@ -197,16 +217,21 @@ fn tiled_items<E: KvElem>(
             {
                 // Head-grouped item: queries are heads kvh*group.. of one token, all at one position.
                 let heads = h & HEAD_GROUP as usize != 0;
+                // KV tile: `positions` consecutive tokens of each head kvh*group.., head-major.
+                let kv_tile = h & KV_TILE as usize != 0;
                 let (kvh, step) = if heads {
                     (h & !(HEAD_GROUP as usize), 0)
+                } else if kv_tile {
+                    (h & !(KV_TILE as usize), 1)
                 } else {
                     (h / group, 1)
                 };
+                let (positions, nq) = if kv_tile { (nq, nq * group) } else { (nq, nq) };
                 let q_start = meta.query_start_loc[s] as usize;
                 let q_len = meta.query_start_loc[s + 1] as usize - q_start;
                 let seq_len = meta.seq_lens[s] as usize;
                 let first_pos = seq_len - q_len + (t0 - q_start);
-                let ctx_max = first_pos + 1 + (nq - 1) * step;
+                let ctx_max = first_pos + 1 + (positions.min(nq) - 1) * step;
                 let table = &meta.block_tables[s * meta.block_table_stride..];
                 // Block by block: no division per key, one bounds check per block.
                 let bs = meta.block_size;
@@ -220,11 +245,15 @@ fn tiled_items<E: KvElem>(
                         *o = first + i * kv_width;
                     }
                 }
-                // Query j: token t0 + j of head h, or head kvh*group + j of token t0.
+                // Query j: token t0 + j of head h, head kvh*group + j of token t0, or token
+                // t0 + j % positions of head kvh*group + j / positions.
                 let row_of = |j: usize| {
                     let j = j.min(nq - 1);
                     if heads {
                         t0 * q_width + (kvh * group + j) * head_dim
+                    } else if kv_tile {
+                        let (t, hh) = (t0 + j % positions, kvh * group + j / positions);
+                        t * q_width + hh * head_dim
                     } else {
                         (t0 + j) * q_width + h * head_dim
                     }
@@ -243,6 +272,7 @@ fn tiled_items<E: KvElem>(
                     groups,
                     first_ctx: first_pos + 1,
                     ctx_step: step,
+                    period: positions,
                     head_dim,
                     scale,
                     offs: &offs[..ctx_max],
@@ -264,10 +294,13 @@ struct Tile<'a, E> {
     /// KV heads the tile covers (heads mode only; 1 otherwise): queries `g * nq / groups..`
     /// read KV head `g`, at `g * head_dim` into each cache row.
     groups: usize,
-    /// Context of the tile's first query (`pos + 1`); query j sees `first_ctx + j * ctx_step`
-    /// keys (step 1: consecutive tokens of one head; step 0: heads of one token).
+    /// Context of the tile's first query (`pos + 1`); query j sees
+    /// `first_ctx + (j % period) * ctx_step` keys (step 1: consecutive tokens of one head, or of
+    /// each head of a KV head in turn; step 0: heads of one token).
     first_ctx: usize,
     ctx_step: usize,
+    /// Queries per head along the tile: query j is position `j % period` of its head.
+    period: usize,
     head_dim: usize,
     scale: f32,
     offs: &'a [usize],
@@ -304,7 +337,8 @@ impl<E: KvElem> Tile<'_, E> {
             // the buffers it is given), which its caller upholds.
             let (nq, hd) = (self.nq, self.head_dim);
             let gs = nq / self.groups;
-            let ctx_max = self.first_ctx + (nq - 1) * self.ctx_step;
+            let ctx = |j: usize| self.first_ctx + (j % self.period) * self.ctx_step;
+            let ctx_max = ctx(nq.min(self.period) - 1);
             let sc = scores.as_mut_ptr();
             // Scores, one block of keys at a time.
             for p0 in (0..ctx_max).step_by(KB) {
@@ -328,14 +362,13 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let krow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    let pe = |j: usize| p1.min(self.first_ctx + (ja + j) * self.ctx_step);
+                    let pe = |j: usize| p1.min(ctx(ja + j));
                     let rows = (sc.add(ja * self.stride), self.stride);
                     scores_rows(&qs[ja..jb], pe, krow, (hd, self.scale), p0, rows);
                 }
             }
             for j in 0..nq {
-                let ctx = self.first_ctx + j * self.ctx_step;
-                softmax_in_place(&mut scores[j * self.stride..][..ctx]);
+                softmax_in_place(&mut scores[j * self.stride..][..ctx(j)]);
             }
             let sc = scores.as_ptr();
             // Values: out_j += w_j(p) * v_p, p ascending, outputs start at zero.
@@ -360,7 +393,7 @@ impl<E: KvElem> Tile<'_, E> {
                 for g in 0..self.groups {
                     let vrow = |p: usize| rows(p).add(g * hd);
                     let (ja, jb) = (g * gs, (g + 1) * gs);
-                    let pe = |j: usize| p1.min(self.first_ctx + (ja + j) * self.ctx_step);
+                    let pe = |j: usize| p1.min(ctx(ja + j));
                     let w = (sc.add(ja * self.stride), self.stride);
                     values_rows(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
                 }

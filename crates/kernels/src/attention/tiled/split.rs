@@ -320,6 +320,7 @@ fn run_plan<E: KvElem>(
         groups: n_kv_heads,
         first_ctx: r.ctx,
         ctx_step: 0,
+        period: 1,
         head_dim: hd,
         scale,
         offs: &offs[r.offs..][..r.ctx],
