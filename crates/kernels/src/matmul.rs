@@ -49,6 +49,8 @@ mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx512;
 #[cfg(target_arch = "x86_64")]
+mod panel_avxvnni;
+#[cfg(target_arch = "x86_64")]
 mod panel_run;
 mod reference;
 #[cfg(target_arch = "x86_64")]

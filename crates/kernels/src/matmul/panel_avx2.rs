@@ -126,17 +126,7 @@ pub(crate) unsafe fn panel_half<
                     });
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
-            each_row!(C, c => {
-                let s = _mm256_mul_ps(dw, _mm256_set1_ps(*terms.add(c)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
-            });
-            if MIN {
-                let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(32 + 16 * h).cast()));
-                each_row!(C, c => {
-                    acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*terms.add(CH + c)), acc[c]);
-                });
-            }
+            add_block::<C, MIN>((r, h), terms, &isum, &mut acc);
         }
         store(&ch.out, col, bits, &acc);
     }
@@ -173,19 +163,49 @@ pub(crate) unsafe fn wide_half<const C: usize>(
                     isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(w, x));
                 });
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
-            each_row!(C, c => {
-                let s = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
-            });
+            add_block::<C, false>((r, h), ad, &isum, &mut acc);
         }
         store(&ch.out, col, bits, &acc);
     }
 }
 
+/// Adds block `r`'s products to each row's accumulator, in the reference's order: per row,
+/// `acc = fma(f32(isum), dw * da, acc)` with the half `h`'s weight scales, then (`MIN`)
+/// `acc = fma(mw, sa, acc)`. `terms` is the block's scales then sums (`panel::pack_acts`).
+/// Shared by every half-panel kernel, so all of them round alike.
+#[inline(always)]
+pub(crate) unsafe fn add_block<const C: usize, const MIN: bool>(
+    (r, h): (*const u8, usize),
+    terms: *const f32,
+    isum: &[__m256i; C],
+    acc: &mut [__m256; C],
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(16 * h).cast()));
+        each_row!(C, c => {
+            let s = _mm256_mul_ps(dw, _mm256_set1_ps(*terms.add(c)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), s, acc[c]);
+        });
+        if MIN {
+            let mw = _mm256_cvtph_ps(_mm_loadu_si128(r.add(32 + 16 * h).cast()));
+            each_row!(C, c => {
+                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*terms.add(CH + c)), acc[c]);
+            });
+        }
+    }
+}
+
 /// Writes lanes `bits` of each row's accumulator to `out[c] + col`.
 #[inline(always)]
-unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: &[__m256; C]) {
+pub(crate) unsafe fn store<const C: usize>(
+    out: &[*mut f32; C],
+    col: usize,
+    bits: u8,
+    acc: &[__m256; C],
+) {
     unsafe {
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
@@ -207,7 +227,7 @@ unsafe fn store<const C: usize>(out: &[*mut f32; C], col: usize, bits: u8, acc: 
 /// Asks for bytes `at..at + len` of the panel at `p` (null: nothing) into the caches, without
 /// waiting for them.
 #[inline(always)]
-fn ask_for(p: *const u8, at: usize, len: usize) {
+pub(crate) fn ask_for(p: *const u8, at: usize, len: usize) {
     if p.is_null() {
         return;
     }

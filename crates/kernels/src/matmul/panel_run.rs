@@ -1,11 +1,11 @@
-//! Plans and tiles of the panel GEMM (`panel`; kernels `panel_avx512`, `panel_avx2`): the
-//! activations are packed chunk-major once per call, then tiles of (whole pairs of panels of
-//! weight rows) x (activation rows) are handed out like the other plans' tiles; inside a tile
-//! each pair of panels (AVX512-VNNI) or each half panel (AVX2) passes over the tile's rows in
-//! kernel calls of up to 8 (AVX2: 8, wide 6) rows, staying in L1 between calls.
+//! Plans and tiles of the panel GEMM (`panel`; kernels `panel_avx512`, `panel_avxvnni`,
+//! `panel_avx2`): the activations are packed chunk-major once per call, then tiles of (whole
+//! pairs of panels of weight rows) x (activation rows) are handed out like the other plans'
+//! tiles; inside a tile each pair of panels (AVX512-VNNI) or each half panel (AVX-VNNI, AVX2:
+//! one tiling, [`Halves`] names the kernels) passes over the tile's rows in kernel calls of up
+//! to 8 rows (each family's `CALL_ROWS`, `WIDE_CALL_ROWS`), staying in L1 between calls.
 
 use super::panel::{pack_act16, pack_acts, PanelFormat, PanelKernel, P};
-use super::panel_avx2::{panel_half, wide_half, CALL_ROWS, WIDE_CALL_ROWS};
 use super::panel_avx512::{panel_pair, wide_pair, Chunk, WideChunk, CH, PAIR_ROWS};
 use super::{QMatrix, QuantizedActs};
 use crate::pool::{SharedMut, ThreadPool};
@@ -84,14 +84,18 @@ pub(super) fn panel_plan<'a>(
         (PanelKernel::Avx512Vnni, true, true, false) => tile::<true, true, false>,
         (PanelKernel::Avx512Vnni, false, true, true) => tile::<false, true, true>,
         (PanelKernel::Avx512Vnni, ..) => tile::<false, false, true>,
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, ..) if wide => tile_wide_avx2,
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, true, true, false) => {
-            tile_avx2::<true, true, false>
+        (PanelKernel::AvxVnni, ..) if wide => tile_wide_halves::<AvxVnniHalves>,
+        (PanelKernel::AvxVnni, true, true, false) => {
+            tile_halves::<AvxVnniHalves, true, true, false>
         }
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, false, true, true) => {
-            tile_avx2::<false, true, true>
+        (PanelKernel::AvxVnni, false, true, true) => {
+            tile_halves::<AvxVnniHalves, false, true, true>
         }
-        (PanelKernel::Avx2 | PanelKernel::AvxVnni, ..) => tile_avx2::<false, false, true>,
+        (PanelKernel::AvxVnni, ..) => tile_halves::<AvxVnniHalves, false, false, true>,
+        (PanelKernel::Avx2, ..) if wide => tile_wide_halves::<Avx2Halves>,
+        (PanelKernel::Avx2, true, true, false) => tile_halves::<Avx2Halves, true, true, false>,
+        (PanelKernel::Avx2, false, true, true) => tile_halves::<Avx2Halves, false, true, true>,
+        (PanelKernel::Avx2, ..) => tile_halves::<Avx2Halves, false, false, true>,
     };
     PanelPlan {
         f,
@@ -316,15 +320,87 @@ fn wide_chunk_at<const C: usize>(
     }
 }
 
-/// A call of an AVX2 half-panel kernel: the panel's first record, the half, the panel whose
+/// A family of half-panel kernels (ymm registers: AVX2, AVX-VNNI): the tiling of
+/// [`tile_halves`] is the same for both, only the calls differ.
+trait Halves {
+    /// Activation rows per call of [`Halves::half`] and of [`Halves::wide`] (at most 8).
+    const ROWS: usize;
+    const WIDE_ROWS: usize;
+
+    /// `panel_half` of the family: rows of `ch` against half a panel.
+    ///
+    /// # Safety
+    /// The family's kernel contract (`panel_avx2`, `panel_avxvnni`).
+    unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+        p: &PanelPlan<'_>,
+        at: (*const u8, usize, *const u8),
+        ch: &Chunk<C>,
+        dst: (usize, u8),
+    );
+
+    /// `wide_half` of the family.
+    ///
+    /// # Safety
+    /// As [`Halves::half`].
+    unsafe fn wide<const C: usize>(
+        p: &PanelPlan<'_>,
+        at: (*const u8, usize, *const u8),
+        ch: &WideChunk<C>,
+        dst: (usize, u8),
+    );
+}
+
+/// `vpmaddubsw` + `vpmaddwd` (`panel_avx2`).
+struct Avx2Halves;
+
+/// VEX `vpdpbusd` / `vpdpwssd` (`panel_avxvnni`).
+struct AvxVnniHalves;
+
+macro_rules! halves {
+    ($name:ident, $module:ident) => {
+        impl Halves for $name {
+            const ROWS: usize = super::$module::CALL_ROWS;
+            const WIDE_ROWS: usize = super::$module::WIDE_CALL_ROWS;
+
+            #[inline(always)]
+            unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+                p: &PanelPlan<'_>,
+                at: (*const u8, usize, *const u8),
+                ch: &Chunk<C>,
+                dst: (usize, u8),
+            ) {
+                let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
+                // SAFETY: the caller upholds the kernel's contract.
+                unsafe {
+                    super::$module::panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, at, ch, dst)
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn wide<const C: usize>(
+                p: &PanelPlan<'_>,
+                at: (*const u8, usize, *const u8),
+                ch: &WideChunk<C>,
+                dst: (usize, u8),
+            ) {
+                // SAFETY: the caller upholds the kernel's contract.
+                unsafe { super::$module::wide_half::<C>(p.nb, p.f.record_bytes(), at, ch, dst) }
+            }
+        }
+    };
+}
+halves!(Avx2Halves, panel_avx2);
+halves!(AvxVnniHalves, panel_avxvnni);
+
+/// A call of a half-panel kernel: the panel's first record, the half, the panel whose
 /// weights it asks for (null: none), the chunk start and the first row in it, and where the
 /// outputs go (column of the half's first lane, its live lanes).
 type HalfAt = (*const u8, usize, *const u8, usize, usize, (usize, u8));
 
-/// Runs `call` for each AVX2 kernel call of weight tile `wi` against rows `c0..c0 + rows`,
-/// with the rows left from the call's first: each half panel passes over the rows
-/// `step` at a time ([`CALL_ROWS`], [`WIDE_CALL_ROWS`]); the first call of a panel asks for
-/// the next panel's weights.
+/// Runs `call` for each half-panel kernel call of weight tile `wi` against rows
+/// `c0..c0 + rows`, with the rows left from the call's first: each half panel passes over the
+/// rows `step` at a time ([`Halves::ROWS`], [`Halves::WIDE_ROWS`]); the first call of a panel
+/// asks for the next panel's weights.
 #[inline(always)]
 fn for_each_half(
     p: &PanelPlan<'_>,
@@ -365,11 +441,11 @@ fn for_each_half(
     }
 }
 
-/// [`tile`] on the AVX2 kernels.
+/// [`tile`] on a half-panel family.
 ///
 /// # Safety
-/// As [`tile`].
-unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
+/// As [`tile`], with `K`'s kernel contract.
+unsafe fn tile_halves<K: Halves, const MIN: bool, const NIB: bool, const BIAS: bool>(
     p: &PanelPlan<'_>,
     wi: usize,
     c0: usize,
@@ -380,24 +456,24 @@ unsafe fn tile_avx2<const MIN: bool, const NIB: bool, const BIAS: bool>(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, (wi, c0, rows, CALL_ROWS), |at, rest| {
-            match rest.min(CALL_ROWS) {
-                1 => half::<1, MIN, NIB, BIAS>(p, at, out),
-                2 => half::<2, MIN, NIB, BIAS>(p, at, out),
-                3 => half::<3, MIN, NIB, BIAS>(p, at, out),
-                4 => half::<4, MIN, NIB, BIAS>(p, at, out),
-                5 => half::<5, MIN, NIB, BIAS>(p, at, out),
-                6 => half::<6, MIN, NIB, BIAS>(p, at, out),
-                7 => half::<7, MIN, NIB, BIAS>(p, at, out),
-                _ => half::<8, MIN, NIB, BIAS>(p, at, out),
+        for_each_half(p, (wi, c0, rows, K::ROWS), |at, rest| {
+            match rest.min(K::ROWS) {
+                1 => half::<K, 1, MIN, NIB, BIAS>(p, at, out),
+                2 => half::<K, 2, MIN, NIB, BIAS>(p, at, out),
+                3 => half::<K, 3, MIN, NIB, BIAS>(p, at, out),
+                4 => half::<K, 4, MIN, NIB, BIAS>(p, at, out),
+                5 => half::<K, 5, MIN, NIB, BIAS>(p, at, out),
+                6 => half::<K, 6, MIN, NIB, BIAS>(p, at, out),
+                7 => half::<K, 7, MIN, NIB, BIAS>(p, at, out),
+                _ => half::<K, 8, MIN, NIB, BIAS>(p, at, out),
             }
         });
     }
 }
 
-/// Rows `c0 + r0..c0 + r0 + C` against half a panel (AVX2).
+/// Rows `c0 + r0..c0 + r0 + C` against half a panel.
 #[inline(always)]
-unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+unsafe fn half<K: Halves, const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
     p: &PanelPlan<'_>,
     (panel, h, ahead, c0, r0, dst): HalfAt,
     out: &SharedMut<f32>,
@@ -407,16 +483,15 @@ unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: boo
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
         let ch = chunk_at::<C>(p, c0, r0, out);
-        let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
-        panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, (panel, h, ahead), &ch, dst);
+        K::half::<C, MIN, NIB, BIAS>(p, (panel, h, ahead), &ch, dst);
     }
 }
 
-/// [`tile_wide`] on the AVX2 kernel.
+/// [`tile_wide`] on a half-panel family.
 ///
 /// # Safety
-/// As [`tile`].
-unsafe fn tile_wide_avx2(
+/// As [`tile`], with `K`'s kernel contract.
+unsafe fn tile_wide_halves<K: Halves>(
     p: &PanelPlan<'_>,
     wi: usize,
     c0: usize,
@@ -427,22 +502,24 @@ unsafe fn tile_wide_avx2(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, (wi, c0, rows, WIDE_CALL_ROWS), |at, rest| {
-            match rest.min(WIDE_CALL_ROWS) {
-                1 => half_wide::<1>(p, at, out),
-                2 => half_wide::<2>(p, at, out),
-                3 => half_wide::<3>(p, at, out),
-                4 => half_wide::<4>(p, at, out),
-                5 => half_wide::<5>(p, at, out),
-                _ => half_wide::<6>(p, at, out),
+        for_each_half(p, (wi, c0, rows, K::WIDE_ROWS), |at, rest| {
+            match rest.min(K::WIDE_ROWS) {
+                1 => half_wide::<K, 1>(p, at, out),
+                2 => half_wide::<K, 2>(p, at, out),
+                3 => half_wide::<K, 3>(p, at, out),
+                4 => half_wide::<K, 4>(p, at, out),
+                5 => half_wide::<K, 5>(p, at, out),
+                6 => half_wide::<K, 6>(p, at, out),
+                7 => half_wide::<K, 7>(p, at, out),
+                _ => half_wide::<K, 8>(p, at, out),
             }
         });
     }
 }
 
-/// Rows `c0 + r0..c0 + r0 + C` against half a wide panel (AVX2).
+/// Rows `c0 + r0..c0 + r0 + C` against half a wide panel.
 #[inline(always)]
-unsafe fn half_wide<const C: usize>(
+unsafe fn half_wide<K: Halves, const C: usize>(
     p: &PanelPlan<'_>,
     (panel, h, ahead, c0, r0, dst): HalfAt,
     out: &SharedMut<f32>,
@@ -452,6 +529,6 @@ unsafe fn half_wide<const C: usize>(
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
         let ch = wide_chunk_at::<C>(p, c0, r0, out);
-        wide_half::<C>(p.nb, p.f.record_bytes(), (panel, h, ahead), &ch, dst);
+        K::wide::<C>(p, (panel, h, ahead), &ch, dst);
     }
 }
