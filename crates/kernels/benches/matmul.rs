@@ -5,7 +5,7 @@
 //! (Q8_0, 49152x576, SmolLM2's) at m = 1 and 16, whose weight-row pairs run on AVX-512; and
 //! the weight panels against the same weights row-major (`WeightLayout::Panels` against
 //! `WeightLayout::Rows`, the backend option `--weight-layout`) at m = 1 and 16; and each panel kernel
-//! family the CPU has (AVX2, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
+//! family the CPU has (AVX2, AVX-VNNI, AVX512-VNNI) against the AVX2 row tiles at m = 1, 16 and 128,
 //! Q4_1 and Q8_0, plus the wide output head at m = 1 and 16; and the k-quant panels (Q4_K,
 //! Q5_K, Q6_K; each kernel family the CPU has: AVX2, AVX-VNNI, AVX512-VNNI) against the same
 //! weights row-major (one AVX2 dot per row pair) at m = 1, 16 and 128 (`-- kquant_panels`
@@ -151,9 +151,14 @@ fn weight_bytes(rng: &mut Lcg, dtype: DType, rows: usize, cols: usize) -> Vec<u8
 
 /// Each panel kernel family this CPU runs against the AVX2 row tiles on the same weights, at
 /// m = 1 (decode), 16 (batch-16 decode) and 128 (prefill), on SmolLM2's layer shapes; and the
-/// wide output head (Q8_0 against f32 activations) per family at m = 1 and 16.
+/// wide output head (Q8_0 against f32 activations) per family at m = 1 and 16. Threads: 2, or
+/// `OXLLM_BENCH_THREADS` (1 compares the kernels alone, without the pool's balance).
 fn bench_panel_kernels(c: &mut Criterion) {
-    let pool = ThreadPool::new(2);
+    let threads = std::env::var("OXLLM_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let pool = ThreadPool::new(threads);
     let mut rng = Lcg(17);
     let mut g = c.benchmark_group("panel_kernels");
     g.warm_up_time(Duration::from_millis(200))
