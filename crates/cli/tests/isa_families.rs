@@ -1,8 +1,9 @@
 //! End-to-end: the default model (SmolLM2-135M Q4_1 layers, Q8_0 output head in wide panels)
 //! gives the same greedy ids whichever panel kernel family runs it: natively (AVX512-VNNI
 //! where the CPU has it), under `OXLLM_ISA=avxvnni` (the AVX-VNNI panel kernels where the CPU
-//! has AVX-VNNI) and under `OXLLM_ISA=avx2` (the AVX2 ones), batched and a prompt alone on one thread.
-//! Every family gives its scalar reference's bits, so any id that differs is a kernel bug.
+//! has AVX-VNNI) and under `OXLLM_ISA=avx2` (the AVX2 ones), batched and a prompt alone on
+//! one thread. Every family gives its scalar reference's bits, so any id that differs is a
+//! kernel bug (a mutated AVX-VNNI kernel changed the ids of every line here).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,7 +72,11 @@ fn greedy_ids(
 #[test]
 fn smollm2_gives_the_same_ids_on_every_panel_kernel_family_alone_or_batched() {
     let model = smollm2();
-    let line = |prompt: Vec<u32>| serde_json::json!({"prompt_ids": prompt, "max_tokens": 12, "ignore_eos": true, "temperature": 0});
+    let line = |prompt: Vec<u32>| {
+        let mut l = serde_json::json!({"max_tokens": 12, "ignore_eos": true, "temperature": 0});
+        l["prompt_ids"] = prompt.into();
+        l
+    };
     // Prompt lengths around the kernels' row counts per call (6, 8, 16 per chunk): a batched
     // prefill step runs 60 rows, a decode step 3.
     let lines = [

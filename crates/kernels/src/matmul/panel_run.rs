@@ -1,9 +1,10 @@
 //! Plans and tiles of the panel GEMM (`panel`; kernels `panel_avx512`, `panel_avxvnni`,
 //! `panel_avx2`): the activations are packed chunk-major once per call, then tiles of (whole
 //! pairs of panels of weight rows) x (activation rows) are handed out like the other plans'
-//! tiles; inside a tile each pair of panels (AVX512-VNNI) or each half panel (AVX-VNNI, AVX2:
-//! one tiling, [`Halves`] names the kernels) passes over the tile's rows in kernel calls of up
-//! to 8 rows (each family's `CALL_ROWS`, `WIDE_CALL_ROWS`), staying in L1 between calls.
+//! tiles; inside a tile each pair of panels (AVX512-VNNI), each panel (AVX-VNNI) or each half
+//! panel (AVX2) passes over the tile's rows in kernel calls of up to 8 rows (each family's
+//! `CALL_ROWS`, `WIDE_CALL_ROWS`), staying in L1 between calls. The two ymm families share
+//! one tiling ([`tile_ymm`]); [`Ymm`] names their kernels.
 
 use super::panel::{pack_act16, pack_acts, PanelFormat, PanelKernel, P};
 use super::panel_avx512::{panel_pair, wide_pair, Chunk, WideChunk, CH, PAIR_ROWS};
@@ -84,18 +85,14 @@ pub(super) fn panel_plan<'a>(
         (PanelKernel::Avx512Vnni, true, true, false) => tile::<true, true, false>,
         (PanelKernel::Avx512Vnni, false, true, true) => tile::<false, true, true>,
         (PanelKernel::Avx512Vnni, ..) => tile::<false, false, true>,
-        (PanelKernel::AvxVnni, ..) if wide => tile_wide_halves::<AvxVnniHalves>,
-        (PanelKernel::AvxVnni, true, true, false) => {
-            tile_halves::<AvxVnniHalves, true, true, false>
-        }
-        (PanelKernel::AvxVnni, false, true, true) => {
-            tile_halves::<AvxVnniHalves, false, true, true>
-        }
-        (PanelKernel::AvxVnni, ..) => tile_halves::<AvxVnniHalves, false, false, true>,
-        (PanelKernel::Avx2, ..) if wide => tile_wide_halves::<Avx2Halves>,
-        (PanelKernel::Avx2, true, true, false) => tile_halves::<Avx2Halves, true, true, false>,
-        (PanelKernel::Avx2, false, true, true) => tile_halves::<Avx2Halves, false, true, true>,
-        (PanelKernel::Avx2, ..) => tile_halves::<Avx2Halves, false, false, true>,
+        (PanelKernel::AvxVnni, ..) if wide => tile_wide_ymm::<AvxVnniYmm>,
+        (PanelKernel::AvxVnni, true, true, false) => tile_ymm::<AvxVnniYmm, true, true, false>,
+        (PanelKernel::AvxVnni, false, true, true) => tile_ymm::<AvxVnniYmm, false, true, true>,
+        (PanelKernel::AvxVnni, ..) => tile_ymm::<AvxVnniYmm, false, false, true>,
+        (PanelKernel::Avx2, ..) if wide => tile_wide_ymm::<Avx2Ymm>,
+        (PanelKernel::Avx2, true, true, false) => tile_ymm::<Avx2Ymm, true, true, false>,
+        (PanelKernel::Avx2, false, true, true) => tile_ymm::<Avx2Ymm, false, true, true>,
+        (PanelKernel::Avx2, ..) => tile_ymm::<Avx2Ymm, false, false, true>,
     };
     PanelPlan {
         f,
@@ -320,92 +317,138 @@ fn wide_chunk_at<const C: usize>(
     }
 }
 
-/// A family of half-panel kernels (ymm registers: AVX2, AVX-VNNI): the tiling of
-/// [`tile_halves`] is the same for both, only the calls differ.
-trait Halves {
-    /// Activation rows per call of [`Halves::half`] and of [`Halves::wide`] (at most 8).
+/// A family of ymm panel kernels (AVX2: half a panel per call; AVX-VNNI: a whole panel, both
+/// halves): the tiling of [`tile_ymm`] is the same for both, only the calls differ.
+trait Ymm {
+    /// Activation rows per call of [`Ymm::narrow`] and of [`Ymm::wide`] (at most 8).
     const ROWS: usize;
     const WIDE_ROWS: usize;
+    /// Whether a call computes both halves of the panel (`h` is then 0, `dst` 16 lanes).
+    const WHOLE: bool;
 
-    /// `panel_half` of the family: rows of `ch` against half a panel.
+    /// The family's kernel for 8-bit activations: rows of `ch` against half `h` of a panel
+    /// (`at`: panel, `h`, panel to ask for), or the whole panel where [`Ymm::WHOLE`] (`h` 0);
+    /// `dst`: the first output column and the live lanes from it.
     ///
     /// # Safety
     /// The family's kernel contract (`panel_avx2`, `panel_avxvnni`).
-    unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+    unsafe fn narrow<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
         p: &PanelPlan<'_>,
         at: (*const u8, usize, *const u8),
         ch: &Chunk<C>,
-        dst: (usize, u8),
+        dst: (usize, u16),
     );
 
-    /// `wide_half` of the family.
+    /// The family's wide kernel (16-bit activations), called like [`Ymm::narrow`].
     ///
     /// # Safety
-    /// As [`Halves::half`].
+    /// As [`Ymm::narrow`].
     unsafe fn wide<const C: usize>(
         p: &PanelPlan<'_>,
         at: (*const u8, usize, *const u8),
         ch: &WideChunk<C>,
-        dst: (usize, u8),
+        dst: (usize, u16),
     );
 }
 
 /// `vpmaddubsw` + `vpmaddwd` (`panel_avx2`).
-struct Avx2Halves;
+struct Avx2Ymm;
 
 /// VEX `vpdpbusd` / `vpdpwssd` (`panel_avxvnni`).
-struct AvxVnniHalves;
+struct AvxVnniYmm;
 
-macro_rules! halves {
-    ($name:ident, $module:ident) => {
-        impl Halves for $name {
-            const ROWS: usize = super::$module::CALL_ROWS;
-            const WIDE_ROWS: usize = super::$module::WIDE_CALL_ROWS;
+impl Ymm for Avx2Ymm {
+    const ROWS: usize = super::panel_avx2::CALL_ROWS;
+    const WIDE_ROWS: usize = super::panel_avx2::WIDE_CALL_ROWS;
+    const WHOLE: bool = false;
 
-            #[inline(always)]
-            unsafe fn half<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
-                p: &PanelPlan<'_>,
-                at: (*const u8, usize, *const u8),
-                ch: &Chunk<C>,
-                dst: (usize, u8),
-            ) {
-                let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
-                // SAFETY: the caller upholds the kernel's contract.
-                unsafe {
-                    super::$module::panel_half::<C, MIN, NIB, BIAS>(p.nb, rec, sb, at, ch, dst)
-                }
-            }
-
-            #[inline(always)]
-            unsafe fn wide<const C: usize>(
-                p: &PanelPlan<'_>,
-                at: (*const u8, usize, *const u8),
-                ch: &WideChunk<C>,
-                dst: (usize, u8),
-            ) {
-                // SAFETY: the caller upholds the kernel's contract.
-                unsafe { super::$module::wide_half::<C>(p.nb, p.f.record_bytes(), at, ch, dst) }
-            }
+    #[inline(always)]
+    unsafe fn narrow<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+        p: &PanelPlan<'_>,
+        at: (*const u8, usize, *const u8),
+        ch: &Chunk<C>,
+        (col, bits): (usize, u16),
+    ) {
+        let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
+        // SAFETY: the caller upholds the kernel's contract.
+        unsafe {
+            super::panel_avx2::panel_half::<C, MIN, NIB, BIAS>(
+                p.nb,
+                rec,
+                sb,
+                at,
+                ch,
+                (col, bits as u8),
+            )
         }
-    };
+    }
+
+    #[inline(always)]
+    unsafe fn wide<const C: usize>(
+        p: &PanelPlan<'_>,
+        at: (*const u8, usize, *const u8),
+        ch: &WideChunk<C>,
+        (col, bits): (usize, u16),
+    ) {
+        let rec = p.f.record_bytes();
+        // SAFETY: the caller upholds the kernel's contract.
+        unsafe { super::panel_avx2::wide_half::<C>(p.nb, rec, at, ch, (col, bits as u8)) }
+    }
 }
-halves!(Avx2Halves, panel_avx2);
-halves!(AvxVnniHalves, panel_avxvnni);
 
-/// A call of a half-panel kernel: the panel's first record, the half, the panel whose
-/// weights it asks for (null: none), the chunk start and the first row in it, and where the
-/// outputs go (column of the half's first lane, its live lanes).
-type HalfAt = (*const u8, usize, *const u8, usize, usize, (usize, u8));
+impl Ymm for AvxVnniYmm {
+    const ROWS: usize = super::panel_avxvnni::CALL_ROWS;
+    const WIDE_ROWS: usize = super::panel_avxvnni::WIDE_CALL_ROWS;
+    const WHOLE: bool = true;
 
-/// Runs `call` for each half-panel kernel call of weight tile `wi` against rows
-/// `c0..c0 + rows`, with the rows left from the call's first: each half panel passes over the
-/// rows `step` at a time ([`Halves::ROWS`], [`Halves::WIDE_ROWS`]); the first call of a panel
-/// asks for the next panel's weights.
+    #[inline(always)]
+    unsafe fn narrow<const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+        p: &PanelPlan<'_>,
+        (panel, _, ahead): (*const u8, usize, *const u8),
+        ch: &Chunk<C>,
+        dst: (usize, u16),
+    ) {
+        let (rec, sb) = (p.f.record_bytes(), p.f.scale_bytes());
+        // SAFETY: the caller upholds the kernel's contract.
+        unsafe {
+            super::panel_avxvnni::panel_whole::<C, MIN, NIB, BIAS>(
+                p.nb,
+                rec,
+                sb,
+                (panel, ahead),
+                ch,
+                dst,
+            )
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn wide<const C: usize>(
+        p: &PanelPlan<'_>,
+        (panel, _, ahead): (*const u8, usize, *const u8),
+        ch: &WideChunk<C>,
+        dst: (usize, u16),
+    ) {
+        let rec = p.f.record_bytes();
+        // SAFETY: the caller upholds the kernel's contract.
+        unsafe { super::panel_avxvnni::wide_whole::<C>(p.nb, rec, (panel, ahead), ch, dst) }
+    }
+}
+
+/// A call of a ymm panel kernel: the panel's first record, the half (0 for a whole panel), the
+/// panel whose weights it asks for (null: none), the chunk start and the first row in it, and
+/// where the outputs go (column of the call's first lane, its live lanes).
+type YmmAt = (*const u8, usize, *const u8, usize, usize, (usize, u16));
+
+/// Runs `call` for each ymm kernel call of weight tile `wi` against rows `c0..c0 + rows`,
+/// with the rows left from the call's first: each half panel (each panel where `whole`) passes
+/// over the rows `step` at a time ([`Ymm::ROWS`], [`Ymm::WIDE_ROWS`]); the first call of a
+/// panel asks for the next panel's weights.
 #[inline(always)]
-fn for_each_half(
+fn for_each_ymm_call(
     p: &PanelPlan<'_>,
-    (wi, c0, rows, step): (usize, usize, usize, usize),
-    mut call: impl FnMut(HalfAt, usize),
+    (wi, c0, rows, step, whole): (usize, usize, usize, usize, bool),
+    mut call: impl FnMut(YmmAt, usize),
 ) {
     let (n, rec) = (p.w.rows, p.f.record_bytes());
     let end = ((wi + 1) * p.wt).min(n);
@@ -418,8 +461,12 @@ fn for_each_half(
             std::ptr::null()
         };
         let (col, mask) = lanes(n, j);
-        for h in 0..2 {
-            let bits = (mask >> (8 * h)) as u8;
+        for h in 0..if whole { 1 } else { 2 } {
+            let bits = if whole {
+                mask
+            } else {
+                (mask >> (8 * h)) & 0xFF
+            };
             if bits == 0 {
                 continue;
             }
@@ -441,11 +488,11 @@ fn for_each_half(
     }
 }
 
-/// [`tile`] on a half-panel family.
+/// [`tile`] on a ymm family.
 ///
 /// # Safety
 /// As [`tile`], with `K`'s kernel contract.
-unsafe fn tile_halves<K: Halves, const MIN: bool, const NIB: bool, const BIAS: bool>(
+unsafe fn tile_ymm<K: Ymm, const MIN: bool, const NIB: bool, const BIAS: bool>(
     p: &PanelPlan<'_>,
     wi: usize,
     c0: usize,
@@ -456,8 +503,10 @@ unsafe fn tile_halves<K: Halves, const MIN: bool, const NIB: bool, const BIAS: b
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, (wi, c0, rows, K::ROWS), |at, rest| {
-            match rest.min(K::ROWS) {
+        for_each_ymm_call(
+            p,
+            (wi, c0, rows, K::ROWS, K::WHOLE),
+            |at, rest| match rest.min(K::ROWS) {
                 1 => half::<K, 1, MIN, NIB, BIAS>(p, at, out),
                 2 => half::<K, 2, MIN, NIB, BIAS>(p, at, out),
                 3 => half::<K, 3, MIN, NIB, BIAS>(p, at, out),
@@ -466,16 +515,16 @@ unsafe fn tile_halves<K: Halves, const MIN: bool, const NIB: bool, const BIAS: b
                 6 => half::<K, 6, MIN, NIB, BIAS>(p, at, out),
                 7 => half::<K, 7, MIN, NIB, BIAS>(p, at, out),
                 _ => half::<K, 8, MIN, NIB, BIAS>(p, at, out),
-            }
-        });
+            },
+        );
     }
 }
 
-/// Rows `c0 + r0..c0 + r0 + C` against half a panel.
+/// Rows `c0 + r0..c0 + r0 + C` against half a panel (a whole one where `K::WHOLE`).
 #[inline(always)]
-unsafe fn half<K: Halves, const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
+unsafe fn half<K: Ymm, const C: usize, const MIN: bool, const NIB: bool, const BIAS: bool>(
     p: &PanelPlan<'_>,
-    (panel, h, ahead, c0, r0, dst): HalfAt,
+    (panel, h, ahead, c0, r0, dst): YmmAt,
     out: &SharedMut<f32>,
 ) {
     unsafe {
@@ -483,15 +532,15 @@ unsafe fn half<K: Halves, const C: usize, const MIN: bool, const NIB: bool, cons
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
         let ch = chunk_at::<C>(p, c0, r0, out);
-        K::half::<C, MIN, NIB, BIAS>(p, (panel, h, ahead), &ch, dst);
+        K::narrow::<C, MIN, NIB, BIAS>(p, (panel, h, ahead), &ch, dst);
     }
 }
 
-/// [`tile_wide`] on a half-panel family.
+/// [`tile_wide`] on a ymm family.
 ///
 /// # Safety
 /// As [`tile`], with `K`'s kernel contract.
-unsafe fn tile_wide_halves<K: Halves>(
+unsafe fn tile_wide_ymm<K: Ymm>(
     p: &PanelPlan<'_>,
     wi: usize,
     c0: usize,
@@ -502,8 +551,10 @@ unsafe fn tile_wide_halves<K: Halves>(
         // SAFETY: every operation below relies only on this fn's contract
         // (the CPU features it is compiled for; pointers and lengths inside
         // the buffers it is given), which its caller upholds.
-        for_each_half(p, (wi, c0, rows, K::WIDE_ROWS), |at, rest| {
-            match rest.min(K::WIDE_ROWS) {
+        for_each_ymm_call(
+            p,
+            (wi, c0, rows, K::WIDE_ROWS, K::WHOLE),
+            |at, rest| match rest.min(K::WIDE_ROWS) {
                 1 => half_wide::<K, 1>(p, at, out),
                 2 => half_wide::<K, 2>(p, at, out),
                 3 => half_wide::<K, 3>(p, at, out),
@@ -512,16 +563,16 @@ unsafe fn tile_wide_halves<K: Halves>(
                 6 => half_wide::<K, 6>(p, at, out),
                 7 => half_wide::<K, 7>(p, at, out),
                 _ => half_wide::<K, 8>(p, at, out),
-            }
-        });
+            },
+        );
     }
 }
 
-/// Rows `c0 + r0..c0 + r0 + C` against half a wide panel.
+/// Rows `c0 + r0..c0 + r0 + C` against half a wide panel (a whole one where `K::WHOLE`).
 #[inline(always)]
-unsafe fn half_wide<K: Halves, const C: usize>(
+unsafe fn half_wide<K: Ymm, const C: usize>(
     p: &PanelPlan<'_>,
-    (panel, h, ahead, c0, r0, dst): HalfAt,
+    (panel, h, ahead, c0, r0, dst): YmmAt,
     out: &SharedMut<f32>,
 ) {
     unsafe {
