@@ -35,7 +35,7 @@ pub(crate) const P: usize = 16;
 pub enum PanelKernel {
     /// Half panels in ymm registers: `vpmaddubsw` + `vpmaddwd` (AVX2+FMA+F16C).
     Avx2,
-    /// Half panels in ymm registers: VEX `vpdpbusd` / `vpdpwssd` (AVX-VNNI, no AVX-512).
+    /// Whole panels in two ymm registers: VEX `vpdpbusd` / `vpdpwssd` (AVX-VNNI, no AVX-512).
     AvxVnni,
     /// Pairs of panels in zmm registers: `vpdpbusd` / `vpdpwssd` (AVX512-VNNI).
     Avx512Vnni,
