@@ -35,7 +35,8 @@ pub(crate) const P: usize = 16;
 pub enum PanelKernel {
     /// Half panels in ymm registers: `vpmaddubsw` + `vpmaddwd` (AVX2+FMA+F16C).
     Avx2,
-    /// Whole panels in two ymm registers: VEX `vpdpbusd` / `vpdpwssd` (AVX-VNNI, no AVX-512).
+    /// VEX `vpdpbusd` / `vpdpwssd` (AVX-VNNI, no AVX-512): Q4_0/Q4_1/Q8_0 whole panels in two
+    /// ymm registers; k-quant panels half a panel per ymm (`kpanel_avxvnni`).
     AvxVnni,
     /// Pairs of panels in zmm registers: `vpdpbusd` / `vpdpwssd` (AVX512-VNNI).
     Avx512Vnni,
