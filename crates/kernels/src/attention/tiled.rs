@@ -7,8 +7,9 @@
 //! KV group as the tile's queries, so K/V rows are read once per group. A step of too few
 //! decode rows for the pool runs [`split`] instead (its scores over key ranges).
 //! Keys are visited in blocks of [`KB`], which stay in L1 while the tile's queries pass over
-//! them two at a time, each K or V load serving both (`scores_rows`, `values_rows`: one
-//! query's fma chains alone wait on their latency). Per query the computation is fixed:
+//! them two at a time (four with AVX-512VL's registers), each K or V load serving them all
+//! (`scores_rows`, `values_rows`: one query's fma chains alone wait on their latency). Per
+//! query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
 //!   reduction tree of [`dot4`] (keys are taken four at a time, padded with a repeated key, so a
 //!   key's score never depends on its neighbours);
@@ -192,6 +193,8 @@ fn tiled_items<E: KvElem>(
         (false, true) => Direct::Avx512,
         (false, false) => Direct::Avx2,
     };
+    // AVX-512VL's 32 registers hold four queries' chains (the same 256-bit operations).
+    let wide_regs = direct_available();
     let next = AtomicUsize::new(0);
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
@@ -283,7 +286,13 @@ fn tiled_items<E: KvElem>(
                 };
                 // SAFETY: AVX2+FMA checked by the caller; every offset was bounds-checked above,
                 // query/output rows hold head_dim floats, scores hold nq * max_len floats.
-                unsafe { tile.run(&qs, &outs, &mut scores, &mut wide) };
+                unsafe {
+                    if wide_regs {
+                        tile.run_avx512(&qs, &outs, &mut scores, &mut wide)
+                    } else {
+                        tile.run(&qs, &outs, &mut scores, &mut wide)
+                    }
+                };
             }
         }
     });
@@ -322,9 +331,12 @@ enum Direct {
     Avx512,
 }
 
-impl<E: KvElem> Tile<'_, E> {
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn run(
+/// A tile's whole computation, stamped out once per instruction set: `$group` queries share
+/// each key or value load where their ends allow (`scores_rows`, `values_rows`).
+macro_rules! tile_run {
+    ($(#[$attr:meta])* $name:ident, $group:literal) => {
+        $(#[$attr])*
+    unsafe fn $name(
         &self,
         qs: &[*const f32; MAXQ],
         outs: &[*mut f32; MAXQ],
@@ -364,7 +376,7 @@ impl<E: KvElem> Tile<'_, E> {
                     let (ja, jb) = (g * gs, (g + 1) * gs);
                     let pe = |j: usize| p1.min(ctx(ja + j));
                     let rows = (sc.add(ja * self.stride), self.stride);
-                    scores_rows(&qs[ja..jb], pe, krow, (hd, self.scale), p0, rows);
+                    scores_rows::<$group>(&qs[ja..jb], pe, krow, (hd, self.scale), p0, rows);
                 }
             }
             for j in 0..nq {
@@ -395,11 +407,28 @@ impl<E: KvElem> Tile<'_, E> {
                     let (ja, jb) = (g * gs, (g + 1) * gs);
                     let pe = |j: usize| p1.min(ctx(ja + j));
                     let w = (sc.add(ja * self.stride), self.stride);
-                    values_rows(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
+                    values_rows::<$group>(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
                 }
             }
         }
     }
+    };
+}
+
+impl<E: KvElem> Tile<'_, E> {
+    tile_run!(
+        /// The tile on AVX2's 16 registers: pairs of queries (8 fma chains).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        run,
+        2
+    );
+    tile_run!(
+        /// [`Tile::run`] with AVX-512VL's 32 registers, where fours of queries (16 fma chains)
+        /// fit: the same 256-bit operations, so the same bits.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+        run_avx512,
+        4
+    );
 
     /// Asks for KV head `g`'s part of the cache row [`KB`] rows after row `p` in the order a
     /// direct tile reads them (its keys, then its values; `values`: `p` is a value row), so
@@ -664,16 +693,16 @@ unsafe fn axpy<const NC: usize>(
 
 /// Scores of queries `qs` of one KV group against keys `p0..pe(j)` (query `j`'s own end: the
 /// same for the heads of a decode token, one more per query along a prefill tile),
-/// `krow(p)` the group's part of key row `p`. Queries go in pairs that share each key load
-/// ([`dot4_n`]: 8 independent fma chains, where one query's 4 wait on their latency; threes,
-/// 12 chains in AVX2's 16 registers, ran no faster) over the keys both see, then each alone
-/// (`dot4`) over the rest;
+/// `krow(p)` the group's part of key row `p`. Queries go in groups of up to `Q` that share each
+/// key load ([`dot4_n`]: `4 Q` independent fma chains, where one query's 4 wait on their
+/// latency; `Q` = 2 in AVX2's 16 registers, where threes ran no faster, 4 in AVX-512VL's 32)
+/// over the keys all of them see, then each alone (`dot4`) over the rest;
 /// every score has `dot4`'s bits, times `scale`, whatever its grouping. `(row0, stride)`: the
 /// first query's score row and the stride between rows. Shared by the tiles and the key-range
 /// split (`split`), so a score never depends on which computed it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_rows(
+unsafe fn scores_rows<const Q: usize>(
     qs: &[*const f32],
     pe: impl Fn(usize) -> usize,
     krow: impl Fn(usize) -> *const f32,
@@ -687,11 +716,13 @@ unsafe fn scores_rows(
         // the buffers it is given), which its caller upholds.
         let mut j = 0;
         while j < qs.len() {
-            let n = (qs.len() - j).min(2);
-            let p = if n == 2 {
-                scores_shared::<2>(j, qs, &pe, &krow, (hd, scale), p0, (row0, stride))
-            } else {
-                p0
+            let n = (qs.len() - j).min(Q);
+            let at = (row0, stride);
+            let p = match n {
+                4 => scores_shared::<4>(j, qs, &pe, &krow, (hd, scale), p0, at),
+                3 => scores_shared::<3>(j, qs, &pe, &krow, (hd, scale), p0, at),
+                2 => scores_shared::<2>(j, qs, &pe, &krow, (hd, scale), p0, at),
+                _ => p0,
             };
             for (i, &q) in qs.iter().enumerate().skip(j).take(n) {
                 // Each query alone over the keys past the shared ones.
@@ -753,13 +784,13 @@ unsafe fn scores_shared<const N: usize>(
 
 /// `out_j += w_j(p) * v_p` for queries `outs` of one KV group and keys `p0..pe(j)` (as in
 /// [`scores_rows`]), `vrow(p, d0)` the group's part of value row `p` from dimension `d0`:
-/// queries go in pairs that share each value load ([`axpy_n`]) over the keys both see, then
-/// each alone (`axpy`) over the rest, so every lane runs `axpy`'s chain
+/// queries go in groups of up to `Q` that share each value load ([`axpy_n`]) over the keys all
+/// of them see, then each alone (`axpy`) over the rest, so every lane runs `axpy`'s chain
 /// over `p` ascending. `(w0, stride)`: the first query's weight row and the stride between
 /// rows. Shared by the tiles and the key-range split (`split`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values_rows(
+unsafe fn values_rows<const Q: usize>(
     outs: &[*mut f32],
     pe: impl Fn(usize) -> usize,
     vrow: impl Fn(usize, usize) -> *const f32,
@@ -773,10 +804,15 @@ unsafe fn values_rows(
         // the buffers it is given), which its caller upholds.
         let mut j = 0;
         while j < outs.len() {
-            let n = (outs.len() - j).min(2);
+            let n = (outs.len() - j).min(Q);
             let both = (j..j + n).map(&pe).min().unwrap_or(p0).max(p0);
-            if n == 2 && both > p0 {
-                values_shared::<2>((j, w0, stride), outs, &vrow, hd, (p0, both));
+            if n > 1 && both > p0 {
+                let at = (j, w0, stride);
+                match n {
+                    4 => values_shared::<4>(at, outs, &vrow, hd, (p0, both)),
+                    3 => values_shared::<3>(at, outs, &vrow, hd, (p0, both)),
+                    _ => values_shared::<2>(at, outs, &vrow, hd, (p0, both)),
+                }
             }
             let from = if n > 1 { both } else { p0 };
             for (i, &o) in outs.iter().enumerate().skip(j).take(n) {
@@ -942,7 +978,7 @@ mod tests {
             .collect()
     }
 
-    /// The two- and three-query forms give each query exactly the single-query bits.
+    /// The two-, three- and four-query forms give each query exactly the single-query bits.
     #[test]
     fn paired_queries_match_single_queries_bit_for_bit() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
@@ -973,6 +1009,16 @@ mod tests {
         assert_eq!(three[0].map(f32::to_bits), single.0.map(f32::to_bits));
         assert_eq!(three[1].map(f32::to_bits), single.1.map(f32::to_bits));
         assert_eq!(three[2].map(f32::to_bits), alone.map(f32::to_bits));
+        let q3 = data(hd, 37);
+        // SAFETY: as above.
+        let (four, last) = unsafe {
+            (
+                dot4_n::<4>([q0.as_ptr(), q1.as_ptr(), q2.as_ptr(), q3.as_ptr()], k, hd),
+                dot4(q3.as_ptr(), k, hd),
+            )
+        };
+        assert_eq!(four[2].map(f32::to_bits), alone.map(f32::to_bits));
+        assert_eq!(four[3].map(f32::to_bits), last.map(f32::to_bits));
 
         let rows: Vec<Vec<f32>> = (0..9).map(|p| data(hd, 17 + p)).collect();
         let (w0, w1) = (data(9, 3), data(9, 5));

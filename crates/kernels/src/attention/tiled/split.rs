@@ -466,7 +466,7 @@ unsafe fn scores_f32<E: KvElem>(
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, k) = (t.head_dim, t.k.cast::<f32>());
         let krow = |p: usize| k.add(t.offs[p] + g * hd);
-        scores_rows(qs, |_| keys.1, krow, (hd, t.scale), keys.0, rows);
+        scores_rows::<2>(qs, |_| keys.1, krow, (hd, t.scale), keys.0, rows);
     }
 }
 
@@ -488,6 +488,6 @@ unsafe fn values_f32<E: KvElem>(
         // SAFETY: this fn's contract, upheld by the caller.
         let (hd, v) = (t.head_dim, t.v.cast::<f32>());
         let vrow = |p: usize, d0: usize| v.add(t.offs[p] + g * hd + d0);
-        values_rows(outs, |_| keys.1, vrow, hd, keys.0, w);
+        values_rows::<2>(outs, |_| keys.1, vrow, hd, keys.0, w);
     }
 }
