@@ -135,6 +135,13 @@ fn tiled_items<E: KvElem>(
         .filter(|&s| meta.query_start_loc[s + 1] == meta.query_start_loc[s] + 1)
         .count();
     let whole_seq = decode_rows >= 4 * pool.n_threads().max(1) && n_heads <= MAXQ;
+    // Positions per item where an item takes every head of a KV head (`KV_TILE`): as many as
+    // fit the tile's queries (none for one head per KV head, or more than a tile holds).
+    let per_group = if group > 1 && group <= MAXQ {
+        QT.min(MAXQ / group)
+    } else {
+        0
+    };
     for s in 0..num_seqs {
         let (a, b) = (
             meta.query_start_loc[s] as usize,
@@ -162,12 +169,8 @@ fn tiled_items<E: KvElem>(
             }
             continue;
         }
-        // Positions per item when an item takes every head of a KV head (`KV_TILE`): as many
-        // as fit the tile's queries. Per head while that would leave threads idle.
-        let per_group = QT.min(MAXQ / group.max(1)).max(1);
-        if group > 1
-            && group <= MAXQ
-            && (b - a).div_ceil(per_group) * n_kv_heads >= 4 * pool.n_threads().max(1)
+        // KV tiles, unless they would leave threads idle (then one head per item).
+        if per_group > 0 && (b - a).div_ceil(per_group) * n_kv_heads >= 4 * pool.n_threads().max(1)
         {
             for t0 in (a..b).step_by(per_group) {
                 let nq = (b - t0).min(per_group);
@@ -199,7 +202,10 @@ fn tiled_items<E: KvElem>(
     let out_ptr = SharedMut::new(out);
     pool.run_dynamic(|_, _| {
         // Every score, offset and widened row is written before it is read.
-        let mut scores = Scratch::<f32>::take_dirty(MAXQ.max(n_heads) * cap);
+        // Score rows for the most queries a tile of this shape takes (a step's shape only, so
+        // a warm step reaches it).
+        let tile_queries = QT.max(n_heads).max(per_group * group);
+        let mut scores = Scratch::<f32>::take_dirty(tile_queries * cap);
         let mut offs = Scratch::<usize>::take_dirty(cap);
         // Half-float caches: one key block (or value block) widened once for every query.
         let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * kv_width });
