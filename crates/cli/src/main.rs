@@ -38,6 +38,10 @@ enum Command {
 fn main() {
     logger::init();
     let cli = Cli::parse();
+    if let Err(e) = oxllm_kernels::quant::check_isa_cap_env() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     let result: Result<()> = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(args) => bench::run(args),

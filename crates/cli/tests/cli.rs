@@ -438,6 +438,35 @@ fn smollm2_gives_the_same_ids_on_every_panel_kernel_family_alone_or_batched() {
     );
 }
 
+/// A mistyped `OXLLM_ISA` is refused with the values it takes, before any work (silently
+/// running the native kernels would mislabel a measurement); `native` is one of them.
+#[test]
+fn an_unknown_isa_cap_is_refused_and_native_is_taken() {
+    let model = smollm2();
+    let run = |isa: &str| {
+        oxllm()
+            .env("OXLLM_ISA", isa)
+            .args(["generate", "--prompt", "Hi", "--max-tokens", "1", "--model"])
+            .arg(&model)
+            .output()
+            .unwrap()
+    };
+    let out = run("avx-vnni");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("OXLLM_ISA=\"avx-vnni\"") && err.contains("avxvnni"),
+        "{err}"
+    );
+    let out = run("native");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn bench_generate_times_every_decode_token_of_the_batch() {
     // Decode window: from the last request's first token; every request's later tokens land in

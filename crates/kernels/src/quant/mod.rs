@@ -74,7 +74,8 @@ pub fn detected_isa() -> Isa {
 /// The instruction sets kernels may use beyond AVX2+FMA+F16C, capped by the environment's
 /// `OXLLM_ISA` (read once): `avx2` allows neither AVX-VNNI nor AVX-512 (the kernels a Zen 3
 /// runs), `avxvnni` allows AVX-VNNI but no AVX-512 (an Alder Lake / Sierra Forest class CPU);
-/// unset or anything else allows all the CPU has. A cap changes speed, never a result: every
+/// unset or `native` allows all the CPU has (binaries refuse other values:
+/// [`check_isa_cap_env`]). A cap changes speed, never a result: every
 /// kernel family gives its reference's bits (see `matmul`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IsaCap {
@@ -83,13 +84,33 @@ enum IsaCap {
     Native,
 }
 
+/// `OXLLM_ISA` names no cap this build knows (a typo would otherwise measure the native kernels
+/// while the user believes otherwise).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "OXLLM_ISA={0:?} names no kernel cap: use `avx2`, `avxvnni` or `native` (or leave it unset)"
+)]
+pub struct UnknownIsaCap(pub String);
+
+/// The cap `OXLLM_ISA` names (unset or empty: none).
+fn isa_cap_from_env() -> Result<IsaCap, UnknownIsaCap> {
+    match std::env::var("OXLLM_ISA").as_deref() {
+        Ok("avx2") => Ok(IsaCap::Avx2),
+        Ok("avxvnni") => Ok(IsaCap::AvxVnni),
+        Ok("native") | Ok("") | Err(_) => Ok(IsaCap::Native),
+        Ok(other) => Err(UnknownIsaCap(other.to_string())),
+    }
+}
+
+/// Checks `OXLLM_ISA` for binaries to refuse a value no kernel choice reads (kernels read it
+/// as no cap).
+pub fn check_isa_cap_env() -> Result<(), UnknownIsaCap> {
+    isa_cap_from_env().map(|_| ())
+}
+
 fn isa_cap() -> IsaCap {
     static CAP: OnceLock<IsaCap> = OnceLock::new();
-    *CAP.get_or_init(|| match std::env::var("OXLLM_ISA").as_deref() {
-        Ok("avx2") => IsaCap::Avx2,
-        Ok("avxvnni") => IsaCap::AvxVnni,
-        _ => IsaCap::Native,
-    })
+    *CAP.get_or_init(|| isa_cap_from_env().unwrap_or(IsaCap::Native))
 }
 
 /// Whether kernels may use AVX-512 where the CPU has it (see [`IsaCap`]: not under
