@@ -1,4 +1,5 @@
-//! paged_attention: a 512-token prefill and a decode step at context 512 with SmolLM2's shape
+//! paged_attention: a 512-token prefill, the last 512-token chunk of a 2048-token prefill and a
+//! decode step at context 512 with SmolLM2's shape
 //! (9 heads, 3 kv heads, head_dim 64, block size 16), the tiled AVX2 path against the scalar
 //! path and the tiled path over an f16 cache, 2 threads; then the softmax of one score row (context 192) and the SiLU gate of a
 //! batch-16 MLP (16 x 1536), vector `exp` against the scalar libm references; and a batch-16
@@ -22,7 +23,8 @@ fn bench(c: &mut Criterion) {
         head_dim: 64,
         scale: 0.125,
     };
-    let (qw, kw, bs, len) = (9 * 64, 3 * 64, 16, 512usize);
+    // The cache holds 2048 tokens; a case reads the first `len` of them.
+    let (qw, kw, bs, len) = (9 * 64, 3 * 64, 16, 2048usize);
     let val = |i: usize, m: usize| ((i * m % 61) as f32 - 30.0) * 0.01;
     let k: Vec<f32> = (0..len * kw).map(|i| val(i, 7)).collect();
     let v: Vec<f32> = (0..len * kw).map(|i| val(i, 11)).collect();
@@ -42,10 +44,16 @@ fn bench(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
         .sample_size(20);
-    for q_len in [len, 1] {
+    // (context, queries at its end): a 512-token prefill, the last 512-token chunk of a
+    // 2048-token prompt (where a long prefill spends its attention time), a decode step.
+    for (ctx, q_len, id) in [
+        (512, 512, "prefill512"),
+        (2048, 512, "prefill512_ctx2048"),
+        (512, 1, "decode_ctx512"),
+    ] {
         let q: Vec<f32> = (0..q_len * qw).map(|i| val(i, 13)).collect();
         let qsl = [0, q_len as u32];
-        let lens = [len as u32];
+        let lens = [ctx as u32];
         let meta = AttnMetadata {
             query_start_loc: &qsl,
             seq_lens: &lens,
@@ -54,11 +62,6 @@ fn bench(c: &mut Criterion) {
             block_size: bs,
         };
         let mut out = vec![0f32; q.len()];
-        let id = if q_len == 1 {
-            "decode_ctx512"
-        } else {
-            "prefill512"
-        };
         g.bench_function(format!("tiled/{id}"), |b| {
             b.iter(|| paged_attention(&pool, &q, &kc, &vc, &meta, shape, &mut out))
         });

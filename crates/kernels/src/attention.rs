@@ -585,12 +585,23 @@ mod tests {
     }
 
     /// A query's bits do not depend on whether it runs as a decode row (whose half-float keys
-    /// and values are read in place: with AVX-512VL's registers natively, with AVX2's under
-    /// `OXLLM_ISA=avx2`) or as the last row of a prefill chunk (whose blocks are widened
-    /// first), for every row of the chunk: groups of 2, 3 and 4 heads, head sizes 24 to 128,
-    /// contexts that end inside a key block.
+    /// and values are read in place: with AVX-512VL's registers where the CPU has them, with
+    /// AVX2's otherwise) or as a row of a prefill chunk (whose blocks are widened first, and
+    /// at AVX2 whose key blocks are transposed), for every row of the chunk: groups of 2, 3 and
+    /// 4 heads, head sizes 24 to 128, contexts that end inside a key block; half-float and f32
+    /// caches; the tiles of this CPU and those of CPUs without AVX-512.
     #[test]
     fn decode_rows_match_the_same_query_in_a_prefill_chunk() {
+        decode_rows_match_prefill_rows::<half::f16>();
+        decode_rows_match_prefill_rows::<f32>();
+        #[cfg(target_arch = "x86_64")]
+        tiled::with_avx2_tiles(|| {
+            decode_rows_match_prefill_rows::<half::f16>();
+            decode_rows_match_prefill_rows::<f32>();
+        });
+    }
+
+    fn decode_rows_match_prefill_rows<E: KvElem>() {
         for (n_heads, n_kv_heads, head_dim, len) in
             // Head sizes 72 and 24: the value pass ends with an 8-lane chunk. Groups of 3, 4
             // (3 + 1 heads in place) and 2 heads; head sizes of 3, 5, 8, 9 and 16 chunks (the
@@ -619,9 +630,8 @@ mod tests {
             let chunk = len.min(64);
             let q: Vec<f32> = (0..chunk * qw).map(|i| val(i, 13)).collect();
             let last = &q[(chunk - 1) * qw..];
-            let prefill =
-                run_seqs_in::<half::f16>(shape, bs, &[(&k, &v, &table, chunk, &q)], false);
-            let decode = run_seqs_in::<half::f16>(shape, bs, &[(&k, &v, &table, 1, last)], false);
+            let prefill = run_seqs_in::<E>(shape, bs, &[(&k, &v, &table, chunk, &q)], false);
+            let decode = run_seqs_in::<E>(shape, bs, &[(&k, &v, &table, 1, last)], false);
             let (p, d) = (&prefill[(chunk - 1) * qw..], &decode[..]);
             assert!(
                 p.iter().zip(d).all(|(x, y)| x.to_bits() == y.to_bits()),
@@ -638,7 +648,7 @@ mod tests {
                     1,
                     &q[i * qw..][..qw],
                 );
-                let decode = run_seqs_in::<half::f16>(shape, bs, &[row], false);
+                let decode = run_seqs_in::<E>(shape, bs, &[row], false);
                 assert!(
                     prefill[i * qw..][..qw]
                         .iter()
@@ -660,7 +670,7 @@ mod tests {
                     )
                 })
                 .collect();
-            let many = run_seqs_in::<half::f16>(shape, bs, &rows, false);
+            let many = run_seqs_in::<E>(shape, bs, &rows, false);
             assert!(
                 many[5 * qw..6 * qw]
                     .iter()

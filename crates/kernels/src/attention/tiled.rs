@@ -8,8 +8,9 @@
 //! decode rows for the pool runs [`split`] instead (its scores over key ranges).
 //! Keys are visited in blocks of [`KB`], which stay in L1 while the tile's queries pass over
 //! them two at a time (four with AVX-512VL's registers), each K or V load serving them all
-//! (`scores_rows`, `values_rows`: one query's fma chains alone wait on their latency). Per
-//! query the computation is fixed:
+//! (`scores_rows`, `values_rows`: one query's fma chains alone wait on their latency; at AVX2
+//! prefill tiles score a key block laid out eight keys to a vector, [`keys_t`], and take value
+//! rows three queries at a time). Per query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
 //!   reduction tree of [`dot4`] (keys are taken four at a time, padded with a repeated key, so a
 //!   key's score never depends on its neighbours);
@@ -40,6 +41,7 @@ use crate::pool::{SharedMut, ThreadPool};
 use crate::scratch::Scratch;
 
 mod direct_avx2;
+mod keys_t;
 mod split;
 
 pub(super) use split::set_allowed as set_split_allowed;
@@ -208,7 +210,8 @@ fn tiled_items<E: KvElem>(
         let mut scores = Scratch::<f32>::take_dirty(tile_queries * cap);
         let mut offs = Scratch::<usize>::take_dirty(cap);
         // Half-float caches: one key block (or value block) widened once for every query.
-        let mut wide = Scratch::<f32>::take_dirty(if E::IS_F32 { 0 } else { KB * kv_width });
+        // Prefill tiles also lay each key block out transposed there (`keys_t`).
+        let mut wide = Scratch::<f32>::take_dirty(KB * kv_width);
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items.len() {
@@ -338,9 +341,10 @@ enum Direct {
 }
 
 /// A tile's whole computation, stamped out once per instruction set: `$group` queries share
-/// each key or value load where their ends allow (`scores_rows`, `values_rows`).
+/// each key load and `$values` queries each value load where their ends allow (`scores_rows`
+/// or, for prefill queries at AVX2, `keys_t::scores_rows_t`; `values_rows`).
 macro_rules! tile_run {
-    ($(#[$attr:meta])* $name:ident, $group:literal) => {
+    ($(#[$attr:meta])* $name:ident, $group:literal, $values:literal) => {
         $(#[$attr])*
     unsafe fn $name(
         &self,
@@ -373,6 +377,18 @@ macro_rules! tile_run {
                                 direct_avx2::scores(self, heads, g, (p0, pe), rows);
                             }
                         }
+                    }
+                    continue;
+                }
+                if self.ctx_step == 1 && $group == 2 {
+                    // Prefill queries at AVX2: the block transposed once for all of them.
+                    for g in 0..self.groups {
+                        self.keys_t(g, p0, p1, wide);
+                        let (ja, jb) = (g * gs, (g + 1) * gs);
+                        let pe = |j: usize| p1.min(ctx(ja + j));
+                        let rows = (sc.add(ja * self.stride), self.stride);
+                        let at = (hd, self.scale);
+                        keys_t::scores_rows_t(&qs[ja..jb], pe, wide.as_ptr(), at, p0, rows);
                     }
                     continue;
                 }
@@ -413,7 +429,7 @@ macro_rules! tile_run {
                     let (ja, jb) = (g * gs, (g + 1) * gs);
                     let pe = |j: usize| p1.min(ctx(ja + j));
                     let w = (sc.add(ja * self.stride), self.stride);
-                    values_rows::<$group>(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
+                    values_rows::<$values>(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
                 }
             }
         }
@@ -423,16 +439,19 @@ macro_rules! tile_run {
 
 impl<E: KvElem> Tile<'_, E> {
     tile_run!(
-        /// The tile on AVX2's 16 registers: pairs of queries (8 fma chains).
+        /// The tile on AVX2's 16 registers: pairs of queries over transposed key blocks
+        /// (8 fma chains), threes over value rows (12 chains, each value load feeding three).
         #[target_feature(enable = "avx2,fma,f16c")]
         run,
-        2
+        2,
+        3
     );
     tile_run!(
         /// [`Tile::run`] with AVX-512VL's 32 registers, where fours of queries (16 fma chains)
         /// fit: the same 256-bit operations, so the same bits.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
         run_avx512,
+        4,
         4
     );
 
@@ -531,9 +550,29 @@ const MAX_DIRECT_HEADS: usize = 3;
 /// with the 32 registers of AVX-512VL so that each half-float key or value chunk is
 /// converted once for every head of its group.
 fn direct_available() -> bool {
+    #[cfg(test)]
+    if AVX2_TILES.get() {
+        return false;
+    }
     crate::quant::avx512_allowed()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512vl")
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by [`with_avx2_tiles`]: read on the calling thread when a step picks its tiles.
+    static AVX2_TILES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the tiles and in-place kernels of CPUs without AVX-512VL on this thread's
+/// attention calls, so that a test on an AVX-512 machine checks them too.
+#[cfg(test)]
+pub(super) fn with_avx2_tiles<T>(f: impl FnOnce() -> T) -> T {
+    AVX2_TILES.set(true);
+    let r = f();
+    AVX2_TILES.set(false);
+    r
 }
 
 /// Scores of the group's heads (`qs`, at most [`MAX_DIRECT_HEADS`]) against keys `p0..pe` of KV

@@ -1,0 +1,204 @@
+//! Prefill scores over a transposed key block: eight keys to a vector, so no score waits on a
+//! horizontal reduction.
+//!
+//! A decode row's score is `dot4`'s: lane `l` of an 8-lane accumulator runs the fma chain over
+//! `d = 8c + l` (c ascending, from zero), then the lanes are summed by the tree
+//! ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)), three `vhaddps` per four keys. A prefill tile sees
+//! each key block with many queries, so it first lays the block out dimension-major, eight
+//! keys to a vector ([`Tile::keys_t`]); then accumulator `A_l` holds lane `l`'s chain for eight
+//! keys at once (the same products in the same order: a broadcast query value times eight
+//! keys' values) and the tree is seven vertical adds. Every score keeps `dot4`'s bits, so a
+//! prefill row equals the decode row of the same query.
+//!
+//! Queries go in pairs sharing each key vector's loads (as `scores_rows`), the accumulators of
+//! lanes 0-3 then 4-7 (8 chains at a time in AVX2's 16 registers). The layout is built once
+//! per block for all of a tile's queries (16 to 48). This is the AVX2 tile's path: with
+//! AVX-512VL's registers `scores_rows` in fours of queries measured faster, so that tile keeps
+//! it (docs/BENCHMARKS.md, "Transposed key blocks").
+
+use std::arch::x86_64::*;
+
+use super::{KvElem, Tile};
+
+/// Keys per vector of a transposed block.
+pub(super) const LANES: usize = 8;
+
+impl<E: KvElem> Tile<'_, E> {
+    /// KV head `g`'s keys `p0..p1` laid out for [`scores_rows_t`]: vector `v` holds keys
+    /// `p0 + 8v ..`, at `kt[(v * head_dim + d) * 8 + lane]` = key `p0 + 8v + lane`, value `d`
+    /// (a last partial vector repeats the block's last key; its lanes are never stored).
+    /// While it reads a block it asks for the block after it into L2, as `block` does.
+    ///
+    /// # Safety
+    /// As [`Tile::run`]; `kt` holds `(p1 - p0).next_multiple_of(8) * head_dim` floats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn keys_t(&self, g: usize, p0: usize, p1: usize, kt: &mut [f32]) {
+        unsafe {
+            // SAFETY: every operation below relies only on this fn's contract
+            // (the CPU features it is compiled for; pointers and lengths inside
+            // the buffers it is given), which its caller upholds.
+            let hd = self.head_dim;
+            assert!(kt.len() >= (p1 - p0).next_multiple_of(LANES) * hd);
+            let dst = kt.as_mut_ptr();
+            for v in 0..(p1 - p0).div_ceil(LANES) {
+                let first = p0 + v * LANES;
+                if !E::IS_F32 {
+                    for p in first..(first + LANES).min(p1) {
+                        self.prefetch_span::<_MM_HINT_T1>(p, false, g * hd, hd);
+                    }
+                }
+                let rows: [*const E; LANES] = std::array::from_fn(|u| {
+                    self.k.add(self.offs[(first + u).min(p1 - 1)] + g * hd)
+                });
+                for d in (0..hd).step_by(LANES) {
+                    let cols = transpose8(rows.map(|r| E::load8(r.add(d))));
+                    for (i, c) in cols.iter().enumerate() {
+                        _mm256_storeu_ps(dst.add((v * hd + d + i) * LANES), *c);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rows of an 8x8 block as its columns.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// Scores of queries `qs` against keys `p0..pe(j)` (query `j`'s own end, at most the block's
+/// end) of a block laid out by [`Tile::keys_t`] at `kt`: queries in pairs over the key
+/// vectors both need, then each alone over the rest. Every score has `dot4`'s bits, times
+/// `scale`. `(row0, stride)`: the first query's score row and the stride.
+///
+/// # Safety
+/// AVX2, FMA; `kt` holds the block's vectors; each query holds `hd` floats; each row holds
+/// its query's keys up to its end.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn scores_rows_t(
+    qs: &[*const f32],
+    pe: impl Fn(usize) -> usize,
+    kt: *const f32,
+    (hd, scale): (usize, f32),
+    p0: usize,
+    (row0, stride): (*mut f32, usize),
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let vectors = |j: usize| pe(j).saturating_sub(p0).div_ceil(LANES);
+        let store = |j: usize, v: usize, s: __m256| {
+            let at = p0 + v * LANES;
+            store8(row0.add(j * stride + at), pe(j) - at, s, scale);
+        };
+        let mut j = 0;
+        while j < qs.len() {
+            let n = (qs.len() - j).min(2);
+            let shared = if n == 2 {
+                vectors(j).min(vectors(j + 1))
+            } else {
+                0
+            };
+            for v in 0..shared {
+                let [a, b] = dot8::<2>([qs[j], qs[j + 1]], kt.add(v * hd * LANES), hd);
+                store(j, v, a);
+                store(j + 1, v, b);
+            }
+            for (i, &q) in qs.iter().enumerate().skip(j).take(n) {
+                // Each query alone over the vectors past the shared ones.
+                for v in shared..vectors(i) {
+                    store(i, v, dot8::<1>([q], kt.add(v * hd * LANES), hd)[0]);
+                }
+            }
+            j += n;
+        }
+    }
+}
+
+/// Writes the first `n` (at most eight) of eight scores times `scale` from `row`: whole
+/// vectors in one store, a last partial one lane by lane (the floats past a query's end may
+/// be another row's).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store8(row: *mut f32, n: usize, s: __m256, scale: f32) {
+    unsafe {
+        // SAFETY: the caller's `row` holds `n.min(8)` floats.
+        let s = _mm256_mul_ps(s, _mm256_set1_ps(scale));
+        if n >= LANES {
+            _mm256_storeu_ps(row, s);
+        } else {
+            let mut r = [0f32; LANES];
+            _mm256_storeu_ps(r.as_mut_ptr(), s);
+            for (u, &x) in r.iter().enumerate().take(n) {
+                *row.add(u) = x;
+            }
+        }
+    }
+}
+
+/// The unscaled scores of `N` queries against the eight keys of one transposed vector at
+/// `kt`: the chains of lanes 0-3 (lane `l`'s over `d = 8c + l`, c ascending, from zero), then
+/// of lanes 4-7, and `dot4`'s tree over them: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // (query, lane) indices name the accumulator registers
+unsafe fn dot8<const N: usize>(q: [*const f32; N], kt: *const f32, hd: usize) -> [__m256; N] {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let mut halves = [[_mm256_setzero_ps(); N]; 2];
+        for (half, sums) in halves.iter_mut().enumerate() {
+            let mut acc = [[_mm256_setzero_ps(); 4]; N];
+            let mut c = 0;
+            while c < hd {
+                for l in 0..4 {
+                    let d = c + 4 * half + l;
+                    let k = _mm256_loadu_ps(kt.add(d * LANES));
+                    for i in 0..N {
+                        let x = _mm256_set1_ps(*q[i].add(d));
+                        acc[i][l] = _mm256_fmadd_ps(x, k, acc[i][l]);
+                    }
+                }
+                c += LANES;
+            }
+            for i in 0..N {
+                sums[i] = _mm256_add_ps(
+                    _mm256_add_ps(acc[i][0], acc[i][1]),
+                    _mm256_add_ps(acc[i][2], acc[i][3]),
+                );
+            }
+        }
+        std::array::from_fn(|i| _mm256_add_ps(halves[0][i], halves[1][i]))
+    }
+}
