@@ -8,9 +8,10 @@
 //! decode rows for the pool runs [`split`] instead (its scores over key ranges).
 //! Keys are visited in blocks of [`KB`], which stay in L1 while the tile's queries pass over
 //! them two at a time (four with AVX-512VL's registers), each K or V load serving them all
-//! (`scores_rows`, `values_rows`: one query's fma chains alone wait on their latency; at AVX2
-//! prefill tiles score a key block laid out eight keys to a vector, [`keys_t`], and take value
-//! rows three queries at a time). Per query the computation is fixed:
+//! (`scores_rows`, `values_rows`: one query's fma chains alone wait on their latency). Prefill
+//! tiles score a key block laid out eight keys to a vector at AVX2 ([`keys_t`], value rows
+//! three queries at a time) and sixteen to a 512-bit vector with AVX-512 ([`zmm`], value
+//! rows in 512-bit lanes). Per query the computation is fixed:
 //! - score(p) = reduce(fma chain over head_dim in 8-lane chunks of q·k_p) * scale, with the
 //!   reduction tree of [`dot4`] (keys are taken four at a time, padded with a repeated key, so a
 //!   key's score never depends on its neighbours);
@@ -43,6 +44,7 @@ use crate::scratch::Scratch;
 mod direct_avx2;
 mod keys_t;
 mod split;
+mod zmm;
 
 pub(super) use split::set_allowed as set_split_allowed;
 
@@ -342,9 +344,10 @@ enum Direct {
 
 /// A tile's whole computation, stamped out once per instruction set: `$group` queries share
 /// each key load and `$values` queries each value load where their ends allow (`scores_rows`
-/// or, for prefill queries at AVX2, `keys_t::scores_rows_t`; `values_rows`).
+/// or, for prefill queries at AVX2, `keys_t::scores_rows_t`; `values_rows`); `$zmm`: prefill
+/// queries take the 512-bit paths of [`zmm`] instead.
 macro_rules! tile_run {
-    ($(#[$attr:meta])* $name:ident, $group:literal, $values:literal) => {
+    ($(#[$attr:meta])* $name:ident, $group:literal, $values:literal, $zmm:literal) => {
         $(#[$attr])*
     unsafe fn $name(
         &self,
@@ -380,10 +383,22 @@ macro_rules! tile_run {
                     }
                     continue;
                 }
+                if self.ctx_step == 1 && $zmm {
+                    // Prefill queries with AVX-512: sixteen keys to a vector.
+                    for g in 0..self.groups {
+                        self.keys_t::<{ zmm::W }>(g, p0, p1, wide);
+                        let (ja, jb) = (g * gs, (g + 1) * gs);
+                        let pe = |j: usize| p1.min(ctx(ja + j));
+                        let rows = (sc.add(ja * self.stride), self.stride);
+                        let at = (hd, self.scale);
+                        zmm::scores_rows(&qs[ja..jb], pe, wide.as_ptr(), at, p0, rows);
+                    }
+                    continue;
+                }
                 if self.ctx_step == 1 && $group == 2 {
                     // Prefill queries at AVX2: the block transposed once for all of them.
                     for g in 0..self.groups {
-                        self.keys_t(g, p0, p1, wide);
+                        self.keys_t::<8>(g, p0, p1, wide);
                         let (ja, jb) = (g * gs, (g + 1) * gs);
                         let pe = |j: usize| p1.min(ctx(ja + j));
                         let rows = (sc.add(ja * self.stride), self.stride);
@@ -429,7 +444,12 @@ macro_rules! tile_run {
                     let (ja, jb) = (g * gs, (g + 1) * gs);
                     let pe = |j: usize| p1.min(ctx(ja + j));
                     let w = (sc.add(ja * self.stride), self.stride);
-                    values_rows::<$values>(&outs[ja..jb], pe, |p, d0| vrow(p).add(d0), hd, p0, w);
+                    let vrow = |p: usize, d0: usize| vrow(p).add(d0);
+                    if self.ctx_step == 1 && $zmm {
+                        zmm::values_rows(&outs[ja..jb], pe, vrow, hd, p0, w);
+                    } else {
+                        values_rows::<$values>(&outs[ja..jb], pe, vrow, hd, p0, w);
+                    }
                 }
             }
         }
@@ -444,15 +464,18 @@ impl<E: KvElem> Tile<'_, E> {
         #[target_feature(enable = "avx2,fma,f16c")]
         run,
         2,
-        3
+        3,
+        false
     );
     tile_run!(
         /// [`Tile::run`] with AVX-512VL's 32 registers, where fours of queries (16 fma chains)
-        /// fit: the same 256-bit operations, so the same bits.
+        /// fit: the same 256-bit operations, so the same bits; prefill queries in 512-bit
+        /// lanes, each lane computing what a 256-bit lane does.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
         run_avx512,
         4,
-        4
+        4,
+        true
     );
 
     /// Asks for KV head `g`'s part of the cache row [`KB`] rows after row `p` in the order a

@@ -12,9 +12,10 @@
 //!
 //! Queries go in pairs sharing each key vector's loads (as `scores_rows`), the accumulators of
 //! lanes 0-3 then 4-7 (8 chains at a time in AVX2's 16 registers). The layout is built once
-//! per block for all of a tile's queries (16 to 48). This is the AVX2 tile's path: with
-//! AVX-512VL's registers `scores_rows` in fours of queries measured faster, so that tile keeps
-//! it (docs/BENCHMARKS.md, "Transposed key blocks").
+//! per block for all of a tile's queries (16 to 48). This is the AVX2 tile's path; with
+//! AVX-512 the same layout sixteen keys wide feeds 512-bit vectors (`zmm`; eight keys wide in
+//! fours of queries measured slower there than `scores_rows`: docs/BENCHMARKS.md,
+//! "Transposed key blocks").
 
 use std::arch::x86_64::*;
 
@@ -24,37 +25,46 @@ use super::{KvElem, Tile};
 pub(super) const LANES: usize = 8;
 
 impl<E: KvElem> Tile<'_, E> {
-    /// KV head `g`'s keys `p0..p1` laid out for [`scores_rows_t`]: vector `v` holds keys
-    /// `p0 + 8v ..`, at `kt[(v * head_dim + d) * 8 + lane]` = key `p0 + 8v + lane`, value `d`
-    /// (a last partial vector repeats the block's last key; its lanes are never stored).
-    /// While it reads a block it asks for the block after it into L2, as `block` does.
+    /// KV head `g`'s keys `p0..p1` laid out for [`scores_rows_t`] (`W` = 8) or
+    /// `zmm::scores_rows` (`W` = 16): vector `v` holds keys `p0 + W v ..`, at
+    /// `kt[(v * head_dim + d) * W + lane]` = key `p0 + W v + lane`, value `d` (a last partial
+    /// vector repeats the block's last key; its lanes are never stored). While it reads a
+    /// block it asks for the block after it into L2, as `block` does.
     ///
     /// # Safety
-    /// As [`Tile::run`]; `kt` holds `(p1 - p0).next_multiple_of(8) * head_dim` floats.
+    /// As [`Tile::run`]; `kt` holds `(p1 - p0).next_multiple_of(W) * head_dim` floats.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn keys_t(&self, g: usize, p0: usize, p1: usize, kt: &mut [f32]) {
+    pub(super) unsafe fn keys_t<const W: usize>(
+        &self,
+        g: usize,
+        p0: usize,
+        p1: usize,
+        kt: &mut [f32],
+    ) {
         unsafe {
             // SAFETY: every operation below relies only on this fn's contract
             // (the CPU features it is compiled for; pointers and lengths inside
             // the buffers it is given), which its caller upholds.
             let hd = self.head_dim;
-            assert!(kt.len() >= (p1 - p0).next_multiple_of(LANES) * hd);
+            assert!(W.is_multiple_of(LANES) && kt.len() >= (p1 - p0).next_multiple_of(W) * hd);
             let dst = kt.as_mut_ptr();
-            for v in 0..(p1 - p0).div_ceil(LANES) {
-                let first = p0 + v * LANES;
-                if !E::IS_F32 {
-                    for p in first..(first + LANES).min(p1) {
-                        self.prefetch_span::<_MM_HINT_T1>(p, false, g * hd, hd);
+            for v in 0..(p1 - p0).div_ceil(W) {
+                for half in 0..W / LANES {
+                    let first = p0 + v * W + half * LANES;
+                    if !E::IS_F32 {
+                        for p in first..(first + LANES).min(p1) {
+                            self.prefetch_span::<_MM_HINT_T1>(p, false, g * hd, hd);
+                        }
                     }
-                }
-                let rows: [*const E; LANES] = std::array::from_fn(|u| {
-                    self.k.add(self.offs[(first + u).min(p1 - 1)] + g * hd)
-                });
-                for d in (0..hd).step_by(LANES) {
-                    let cols = transpose8(rows.map(|r| E::load8(r.add(d))));
-                    for (i, c) in cols.iter().enumerate() {
-                        _mm256_storeu_ps(dst.add((v * hd + d + i) * LANES), *c);
+                    let rows: [*const E; LANES] = std::array::from_fn(|u| {
+                        self.k.add(self.offs[(first + u).min(p1 - 1)] + g * hd)
+                    });
+                    for d in (0..hd).step_by(LANES) {
+                        let cols = transpose8(rows.map(|r| E::load8(r.add(d))));
+                        for (i, c) in cols.iter().enumerate() {
+                            _mm256_storeu_ps(dst.add((v * hd + d + i) * W + half * LANES), *c);
+                        }
                     }
                 }
             }

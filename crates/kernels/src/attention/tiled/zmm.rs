@@ -1,0 +1,245 @@
+//! Prefill tiles on CPUs with AVX-512: sixteen keys to a 512-bit vector in the score pass,
+//! sixteen value lanes to a vector in the value pass, every lane computing exactly what its
+//! 256-bit counterpart computes.
+//!
+//! - Scores: the key block laid out by `Tile::keys_t::<16>`; lane `l`'s chains over
+//!   `d = 8c + l` for sixteen keys at once (the broadcast query value rides in the fma as a
+//!   memory operand), then `dot4`'s tree by vertical adds, as [`keys_t`](super::keys_t) does for
+//!   eight keys: every score has `dot4`'s bits, so a prefill row equals its decode row.
+//! - Values: `axpy`'s chain per lane (p ascending from the output's value), sixteen lanes to
+//!   an fma; a head size that is an odd multiple of 8 ends with `axpy_n`'s 8-lane chunk.
+//!
+//! Queries go in groups of up to four that share each key or value load over the keys all of
+//! them see, then each alone over the rest (as `scores_rows`, `values_rows`).
+//!
+//! Safety contract of every `unsafe fn` here: the CPU has AVX2, FMA, F16C and AVX-512F/VL;
+//! pointers as in `Tile::run` (each query and output row holds `hd` floats, each score row
+//! its query's keys up to its end, `kt` the block's vectors).
+
+use std::arch::x86_64::*;
+
+use super::axpy_n;
+
+/// Keys (or value lanes) per vector.
+pub(super) const W: usize = 16;
+
+/// Scores of queries `qs` against keys `p0..pe(j)` (query `j`'s own end, at most the block's
+/// end) of a block laid out by `Tile::keys_t::<16>` at `kt`, times `scale`; `(row0, stride)`:
+/// the first query's score row and the stride.
+///
+/// # Safety
+/// See the module's contract.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub(super) unsafe fn scores_rows(
+    qs: &[*const f32],
+    pe: impl Fn(usize) -> usize,
+    kt: *const f32,
+    (hd, scale): (usize, f32),
+    p0: usize,
+    (row0, stride): (*mut f32, usize),
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let vectors = |j: usize| pe(j).saturating_sub(p0).div_ceil(W);
+        let store = |j: usize, v: usize, s: __m512| {
+            let at = p0 + v * W;
+            // Only the query's own keys: the floats past its end may be another row's.
+            let n = (pe(j) - at).min(W);
+            let mask = (((1u32 << n) - 1) & 0xffff) as __mmask16;
+            let s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(row0.add(j * stride + at), mask, s);
+        };
+        macro_rules! group {
+            ($n:literal, $j:expr, $v:expr) => {{
+                let (j, v) = ($j, $v);
+                let s = dot16::<$n>(std::array::from_fn(|i| qs[j + i]), kt.add(v * hd * W), hd);
+                for (i, &s) in s.iter().enumerate() {
+                    store(j + i, v, s);
+                }
+            }};
+        }
+        let mut j = 0;
+        while j < qs.len() {
+            let n = (qs.len() - j).min(4);
+            let shared = (j..j + n).map(vectors).min().unwrap_or(0);
+            for v in 0..shared {
+                match n {
+                    4 => group!(4, j, v),
+                    3 => group!(3, j, v),
+                    2 => group!(2, j, v),
+                    _ => group!(1, j, v),
+                }
+            }
+            for i in j..j + n {
+                // Each query alone over the vectors past the shared ones.
+                for v in shared..vectors(i) {
+                    group!(1, i, v);
+                }
+            }
+            j += n;
+        }
+    }
+}
+
+/// The unscaled scores of `N` queries against the sixteen keys of one vector at `kt`: the
+/// chains of lanes 0-3 (lane `l`'s over `d = 8c + l`, c ascending, from zero), then of lanes
+/// 4-7, and `dot4`'s tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)] // (query, lane) indices name the accumulator registers
+unsafe fn dot16<const N: usize>(q: [*const f32; N], kt: *const f32, hd: usize) -> [__m512; N] {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let mut halves = [[_mm512_setzero_ps(); N]; 2];
+        for (half, sums) in halves.iter_mut().enumerate() {
+            let mut acc = [[_mm512_setzero_ps(); 4]; N];
+            let mut c = 0;
+            while c < hd {
+                for l in 0..4 {
+                    let d = c + 4 * half + l;
+                    let k = _mm512_loadu_ps(kt.add(d * W));
+                    for i in 0..N {
+                        let x = _mm512_set1_ps(*q[i].add(d));
+                        acc[i][l] = _mm512_fmadd_ps(x, k, acc[i][l]);
+                    }
+                }
+                c += 8;
+            }
+            for i in 0..N {
+                sums[i] = _mm512_add_ps(
+                    _mm512_add_ps(acc[i][0], acc[i][1]),
+                    _mm512_add_ps(acc[i][2], acc[i][3]),
+                );
+            }
+        }
+        std::array::from_fn(|i| _mm512_add_ps(halves[0][i], halves[1][i]))
+    }
+}
+
+/// `out_j += w_j(p) * v_p` for queries `outs` and keys `p0..pe(j)`, `vrow(p, d0)` value row
+/// `p` from dimension `d0`; `(w0, stride)`: the first query's weight row and the stride.
+///
+/// # Safety
+/// See the module's contract.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub(super) unsafe fn values_rows(
+    outs: &[*mut f32],
+    pe: impl Fn(usize) -> usize,
+    vrow: impl Fn(usize, usize) -> *const f32,
+    hd: usize,
+    p0: usize,
+    (w0, stride): (*const f32, usize),
+) {
+    unsafe {
+        // SAFETY: every operation below relies only on this fn's contract
+        // (the CPU features it is compiled for; pointers and lengths inside
+        // the buffers it is given), which its caller upholds.
+        let w = |j: usize| w0.add(j * stride);
+        let mut j = 0;
+        while j < outs.len() {
+            let n = (outs.len() - j).min(4);
+            let both = (j..j + n).map(&pe).min().unwrap_or(p0).max(p0);
+            if both > p0 {
+                let keys = (p0, both);
+                match n {
+                    4 => values_n::<4>(
+                        std::array::from_fn(|i| (outs[j + i], w(j + i))),
+                        &vrow,
+                        hd,
+                        keys,
+                    ),
+                    3 => values_n::<3>(
+                        std::array::from_fn(|i| (outs[j + i], w(j + i))),
+                        &vrow,
+                        hd,
+                        keys,
+                    ),
+                    2 => values_n::<2>(
+                        std::array::from_fn(|i| (outs[j + i], w(j + i))),
+                        &vrow,
+                        hd,
+                        keys,
+                    ),
+                    _ => values_n::<1>([(outs[j], w(j))], &vrow, hd, keys),
+                }
+            }
+            for (i, &o) in outs.iter().enumerate().skip(j).take(n) {
+                // Each query alone over the keys past the shared ones.
+                let end = pe(i);
+                if end > both {
+                    values_n::<1>([(o, w(i))], &vrow, hd, (both, end));
+                }
+            }
+            j += n;
+        }
+    }
+}
+
+/// `out += w(p) * v_p` for `N` (output, weight row) pairs over keys `p0..pe`, which all of
+/// them see: 64 lanes at a time, then 16, then a last 8 in 256-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+unsafe fn values_n<const N: usize>(
+    ow: [(*mut f32, *const f32); N],
+    vrow: &impl Fn(usize, usize) -> *const f32,
+    hd: usize,
+    (p0, pe): (usize, usize),
+) {
+    unsafe {
+        // SAFETY: as `values_rows`'.
+        let o = |d0: usize| ow.map(|(o, _)| o.add(d0));
+        let w = ow.map(|(_, w)| w);
+        let mut d0 = 0;
+        while d0 + 4 * W <= hd {
+            axpy_z::<N, 4>(o(d0), w, p0, pe, |p| vrow(p, d0));
+            d0 += 4 * W;
+        }
+        while d0 + W <= hd {
+            axpy_z::<N, 1>(o(d0), w, p0, pe, |p| vrow(p, d0));
+            d0 += W;
+        }
+        if d0 < hd {
+            axpy_n::<N, 1>(o(d0), w, p0, pe, |p| vrow(p, d0));
+        }
+    }
+}
+
+/// `axpy_n` in 512-bit lanes: `o_i[0..16 NC] += w_i[p] * row(p)[0..16 NC]` for p in `p0..pe`,
+/// each row load serving every output.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)] // (output, chunk) indices name the accumulator registers
+unsafe fn axpy_z<const N: usize, const NC: usize>(
+    o: [*mut f32; N],
+    w: [*const f32; N],
+    p0: usize,
+    pe: usize,
+    row: impl Fn(usize) -> *const f32,
+) {
+    unsafe {
+        // SAFETY: as `values_rows`'.
+        let mut acc: [[__m512; NC]; N] =
+            std::array::from_fn(|i| std::array::from_fn(|c| _mm512_loadu_ps(o[i].add(W * c))));
+        for p in p0..pe {
+            let wv: [__m512; N] = std::array::from_fn(|i| _mm512_set1_ps(*w[i].add(p)));
+            let vr = row(p);
+            for c in 0..NC {
+                let v = _mm512_loadu_ps(vr.add(W * c));
+                for i in 0..N {
+                    acc[i][c] = _mm512_fmadd_ps(wv[i], v, acc[i][c]);
+                }
+            }
+        }
+        for i in 0..N {
+            for c in 0..NC {
+                _mm512_storeu_ps(o[i].add(W * c), acc[i][c]);
+            }
+        }
+    }
+}
