@@ -43,6 +43,7 @@ use crate::scratch::Scratch;
 
 mod direct_avx2;
 mod keys_t;
+mod lanes;
 mod split;
 mod zmm;
 
@@ -932,10 +933,10 @@ unsafe fn values_shared<const N: usize>(
 }
 
 /// [`axpy`] for `N` outputs with their own weights over the same rows (each row load serves
-/// them all): each lane runs the same fma chain it runs in `axpy`.
+/// them all), in 256-bit lanes (`lanes::axpy_v`): each lane runs the same fma chain it runs
+/// in `axpy`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::needless_range_loop)] // (output, chunk) indices name the accumulator registers
 unsafe fn axpy_n<const N: usize, const NC: usize>(
     o: [*mut f32; N],
     w: [*const f32; N],
@@ -944,26 +945,8 @@ unsafe fn axpy_n<const N: usize, const NC: usize>(
     row: impl Fn(usize) -> *const f32,
 ) {
     unsafe {
-        // SAFETY: every operation below relies only on this fn's contract
-        // (the CPU features it is compiled for; pointers and lengths inside
-        // the buffers it is given), which its caller upholds.
-        let mut acc: [[__m256; NC]; N] =
-            std::array::from_fn(|i| std::array::from_fn(|c| _mm256_loadu_ps(o[i].add(8 * c))));
-        for p in p0..pe {
-            let wv: [__m256; N] = std::array::from_fn(|i| _mm256_set1_ps(*w[i].add(p)));
-            let vr = row(p);
-            for c in 0..NC {
-                let v = _mm256_loadu_ps(vr.add(8 * c));
-                for i in 0..N {
-                    acc[i][c] = _mm256_fmadd_ps(wv[i], v, acc[i][c]);
-                }
-            }
-        }
-        for i in 0..N {
-            for c in 0..NC {
-                _mm256_storeu_ps(o[i].add(8 * c), acc[i][c]);
-            }
-        }
+        // SAFETY: this fn's contract (AVX2, FMA; the outputs, weights and rows it is given).
+        lanes::axpy_v::<__m256, N, NC>(o, w, p0, pe, row)
     }
 }
 

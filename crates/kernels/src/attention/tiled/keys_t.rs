@@ -19,6 +19,7 @@
 
 use std::arch::x86_64::*;
 
+use super::lanes::dot_t;
 use super::{KvElem, Tile};
 
 /// Keys per vector of a transposed block.
@@ -140,14 +141,14 @@ pub(super) unsafe fn scores_rows_t(
                 0
             };
             for v in 0..shared {
-                let [a, b] = dot8::<2>([qs[j], qs[j + 1]], kt.add(v * hd * LANES), hd);
+                let [a, b] = dot_t::<__m256, 2>([qs[j], qs[j + 1]], kt.add(v * hd * LANES), hd);
                 store(j, v, a);
                 store(j + 1, v, b);
             }
             for (i, &q) in qs.iter().enumerate().skip(j).take(n) {
                 // Each query alone over the vectors past the shared ones.
                 for v in shared..vectors(i) {
-                    store(i, v, dot8::<1>([q], kt.add(v * hd * LANES), hd)[0]);
+                    store(i, v, dot_t::<__m256, 1>([q], kt.add(v * hd * LANES), hd)[0]);
                 }
             }
             j += n;
@@ -173,42 +174,5 @@ unsafe fn store8(row: *mut f32, n: usize, s: __m256, scale: f32) {
                 *row.add(u) = x;
             }
         }
-    }
-}
-
-/// The unscaled scores of `N` queries against the eight keys of one transposed vector at
-/// `kt`: the chains of lanes 0-3 (lane `l`'s over `d = 8c + l`, c ascending, from zero), then
-/// of lanes 4-7, and `dot4`'s tree over them: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)] // (query, lane) indices name the accumulator registers
-unsafe fn dot8<const N: usize>(q: [*const f32; N], kt: *const f32, hd: usize) -> [__m256; N] {
-    unsafe {
-        // SAFETY: every operation below relies only on this fn's contract
-        // (the CPU features it is compiled for; pointers and lengths inside
-        // the buffers it is given), which its caller upholds.
-        let mut halves = [[_mm256_setzero_ps(); N]; 2];
-        for (half, sums) in halves.iter_mut().enumerate() {
-            let mut acc = [[_mm256_setzero_ps(); 4]; N];
-            let mut c = 0;
-            while c < hd {
-                for l in 0..4 {
-                    let d = c + 4 * half + l;
-                    let k = _mm256_loadu_ps(kt.add(d * LANES));
-                    for i in 0..N {
-                        let x = _mm256_set1_ps(*q[i].add(d));
-                        acc[i][l] = _mm256_fmadd_ps(x, k, acc[i][l]);
-                    }
-                }
-                c += LANES;
-            }
-            for i in 0..N {
-                sums[i] = _mm256_add_ps(
-                    _mm256_add_ps(acc[i][0], acc[i][1]),
-                    _mm256_add_ps(acc[i][2], acc[i][3]),
-                );
-            }
-        }
-        std::array::from_fn(|i| _mm256_add_ps(halves[0][i], halves[1][i]))
     }
 }

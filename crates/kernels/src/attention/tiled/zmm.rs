@@ -19,6 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::axpy_n;
+use super::lanes::{axpy_v, dot_t};
 
 /// Keys (or value lanes) per vector.
 pub(super) const W: usize = 16;
@@ -55,7 +56,8 @@ pub(super) unsafe fn scores_rows(
         macro_rules! group {
             ($n:literal, $j:expr, $v:expr) => {{
                 let (j, v) = ($j, $v);
-                let s = dot16::<$n>(std::array::from_fn(|i| qs[j + i]), kt.add(v * hd * W), hd);
+                let s =
+                    dot_t::<__m512, $n>(std::array::from_fn(|i| qs[j + i]), kt.add(v * hd * W), hd);
                 for (i, &s) in s.iter().enumerate() {
                     store(j + i, v, s);
                 }
@@ -81,43 +83,6 @@ pub(super) unsafe fn scores_rows(
             }
             j += n;
         }
-    }
-}
-
-/// The unscaled scores of `N` queries against the sixteen keys of one vector at `kt`: the
-/// chains of lanes 0-3 (lane `l`'s over `d = 8c + l`, c ascending, from zero), then of lanes
-/// 4-7, and `dot4`'s tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-#[allow(clippy::needless_range_loop)] // (query, lane) indices name the accumulator registers
-unsafe fn dot16<const N: usize>(q: [*const f32; N], kt: *const f32, hd: usize) -> [__m512; N] {
-    unsafe {
-        // SAFETY: every operation below relies only on this fn's contract
-        // (the CPU features it is compiled for; pointers and lengths inside
-        // the buffers it is given), which its caller upholds.
-        let mut halves = [[_mm512_setzero_ps(); N]; 2];
-        for (half, sums) in halves.iter_mut().enumerate() {
-            let mut acc = [[_mm512_setzero_ps(); 4]; N];
-            let mut c = 0;
-            while c < hd {
-                for l in 0..4 {
-                    let d = c + 4 * half + l;
-                    let k = _mm512_loadu_ps(kt.add(d * W));
-                    for i in 0..N {
-                        let x = _mm512_set1_ps(*q[i].add(d));
-                        acc[i][l] = _mm512_fmadd_ps(x, k, acc[i][l]);
-                    }
-                }
-                c += 8;
-            }
-            for i in 0..N {
-                sums[i] = _mm512_add_ps(
-                    _mm512_add_ps(acc[i][0], acc[i][1]),
-                    _mm512_add_ps(acc[i][2], acc[i][3]),
-                );
-            }
-        }
-        std::array::from_fn(|i| _mm512_add_ps(halves[0][i], halves[1][i]))
     }
 }
 
@@ -197,49 +162,15 @@ unsafe fn values_n<const N: usize>(
         let w = ow.map(|(_, w)| w);
         let mut d0 = 0;
         while d0 + 4 * W <= hd {
-            axpy_z::<N, 4>(o(d0), w, p0, pe, |p| vrow(p, d0));
+            axpy_v::<__m512, N, 4>(o(d0), w, p0, pe, |p| vrow(p, d0));
             d0 += 4 * W;
         }
         while d0 + W <= hd {
-            axpy_z::<N, 1>(o(d0), w, p0, pe, |p| vrow(p, d0));
+            axpy_v::<__m512, N, 1>(o(d0), w, p0, pe, |p| vrow(p, d0));
             d0 += W;
         }
         if d0 < hd {
             axpy_n::<N, 1>(o(d0), w, p0, pe, |p| vrow(p, d0));
-        }
-    }
-}
-
-/// `axpy_n` in 512-bit lanes: `o_i[0..16 NC] += w_i[p] * row(p)[0..16 NC]` for p in `p0..pe`,
-/// each row load serving every output.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-#[allow(clippy::needless_range_loop)] // (output, chunk) indices name the accumulator registers
-unsafe fn axpy_z<const N: usize, const NC: usize>(
-    o: [*mut f32; N],
-    w: [*const f32; N],
-    p0: usize,
-    pe: usize,
-    row: impl Fn(usize) -> *const f32,
-) {
-    unsafe {
-        // SAFETY: as `values_rows`'.
-        let mut acc: [[__m512; NC]; N] =
-            std::array::from_fn(|i| std::array::from_fn(|c| _mm512_loadu_ps(o[i].add(W * c))));
-        for p in p0..pe {
-            let wv: [__m512; N] = std::array::from_fn(|i| _mm512_set1_ps(*w[i].add(p)));
-            let vr = row(p);
-            for c in 0..NC {
-                let v = _mm512_loadu_ps(vr.add(W * c));
-                for i in 0..N {
-                    acc[i][c] = _mm512_fmadd_ps(wv[i], v, acc[i][c]);
-                }
-            }
-        }
-        for i in 0..N {
-            for c in 0..NC {
-                _mm512_storeu_ps(o[i].add(W * c), acc[i][c]);
-            }
         }
     }
 }
