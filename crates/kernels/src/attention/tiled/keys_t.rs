@@ -19,7 +19,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::dot_t;
+use super::lanes;
 use super::{KvElem, Tile};
 
 /// Keys per vector of a transposed block.
@@ -105,74 +105,23 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     ]
 }
 
-/// Scores of queries `qs` against keys `p0..pe(j)` (query `j`'s own end, at most the block's
-/// end) of a block laid out by [`Tile::keys_t`] at `kt`: queries in pairs over the key
-/// vectors both need, then each alone over the rest. Every score has `dot4`'s bits, times
-/// `scale`. `(row0, stride)`: the first query's score row and the stride.
+/// Scores of queries `qs` against keys `p0..pe(j)` of a block laid out by [`Tile::keys_t`] at
+/// `kt`, in pairs of queries: `lanes::scores_rows_t` in 256-bit lanes.
 ///
 /// # Safety
-/// AVX2, FMA; `kt` holds the block's vectors; each query holds `hd` floats; each row holds
-/// its query's keys up to its end.
+/// AVX2, FMA; as `lanes::scores_rows_t`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn scores_rows_t(
     qs: &[*const f32],
     pe: impl Fn(usize) -> usize,
     kt: *const f32,
-    (hd, scale): (usize, f32),
+    at: (usize, f32),
     p0: usize,
-    (row0, stride): (*mut f32, usize),
+    rows: (*mut f32, usize),
 ) {
     unsafe {
-        // SAFETY: every operation below relies only on this fn's contract
-        // (the CPU features it is compiled for; pointers and lengths inside
-        // the buffers it is given), which its caller upholds.
-        let vectors = |j: usize| pe(j).saturating_sub(p0).div_ceil(LANES);
-        let store = |j: usize, v: usize, s: __m256| {
-            let at = p0 + v * LANES;
-            store8(row0.add(j * stride + at), pe(j) - at, s, scale);
-        };
-        let mut j = 0;
-        while j < qs.len() {
-            let n = (qs.len() - j).min(2);
-            let shared = if n == 2 {
-                vectors(j).min(vectors(j + 1))
-            } else {
-                0
-            };
-            for v in 0..shared {
-                let [a, b] = dot_t::<__m256, 2>([qs[j], qs[j + 1]], kt.add(v * hd * LANES), hd);
-                store(j, v, a);
-                store(j + 1, v, b);
-            }
-            for (i, &q) in qs.iter().enumerate().skip(j).take(n) {
-                // Each query alone over the vectors past the shared ones.
-                for v in shared..vectors(i) {
-                    store(i, v, dot_t::<__m256, 1>([q], kt.add(v * hd * LANES), hd)[0]);
-                }
-            }
-            j += n;
-        }
-    }
-}
-
-/// Writes the first `n` (at most eight) of eight scores times `scale` from `row`: whole
-/// vectors in one store, a last partial one lane by lane (the floats past a query's end may
-/// be another row's).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn store8(row: *mut f32, n: usize, s: __m256, scale: f32) {
-    unsafe {
-        // SAFETY: the caller's `row` holds `n.min(8)` floats.
-        let s = _mm256_mul_ps(s, _mm256_set1_ps(scale));
-        if n >= LANES {
-            _mm256_storeu_ps(row, s);
-        } else {
-            let mut r = [0f32; LANES];
-            _mm256_storeu_ps(r.as_mut_ptr(), s);
-            for (u, &x) in r.iter().enumerate().take(n) {
-                *row.add(u) = x;
-            }
-        }
+        // SAFETY: this fn's contract.
+        lanes::scores_rows_t::<__m256, 2>(qs, pe, kt, at, p0, rows)
     }
 }

@@ -21,6 +21,10 @@ pub(super) trait Lanes: Copy {
     /// `a * b + c`, rounded once.
     unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
     unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    /// Stores the first `n` lanes of `v` at `p` (all of them where `n >= N`), writing nothing
+    /// past them.
+    unsafe fn store_first(p: *mut f32, n: usize, v: Self);
 }
 
 impl Lanes for __m256 {
@@ -55,6 +59,26 @@ impl Lanes for __m256 {
         // SAFETY: AVX, by the module's contract.
         unsafe { _mm256_add_ps(a, b) }
     }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: AVX, by the module's contract.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn store_first(p: *mut f32, n: usize, v: Self) {
+        // SAFETY: AVX; the caller's `p` addresses `n.min(8)` floats.
+        unsafe {
+            if n >= 8 {
+                _mm256_storeu_ps(p, v);
+            } else {
+                let mut r = [0f32; 8];
+                _mm256_storeu_ps(r.as_mut_ptr(), v);
+                for (u, &x) in r.iter().enumerate().take(n) {
+                    *p.add(u) = x;
+                }
+            }
+        }
+    }
 }
 
 impl Lanes for __m512 {
@@ -88,6 +112,78 @@ impl Lanes for __m512 {
     unsafe fn add(a: Self, b: Self) -> Self {
         // SAFETY: AVX-512F, by the module's contract.
         unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512F, by the module's contract.
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn store_first(p: *mut f32, n: usize, v: Self) {
+        // SAFETY: AVX-512F; the caller's `p` addresses `n.min(16)` floats, and masked-off
+        // lanes are neither written nor touched.
+        unsafe {
+            let mask = ((1u32 << n.min(16)) - 1) as __mmask16;
+            _mm512_mask_storeu_ps(p, mask, v)
+        }
+    }
+}
+
+/// Scores of queries `qs` (`hd` floats each) against keys `p0..pe(j)` (query `j`'s own end, at
+/// most the block's end) of a block laid out `V::N` keys to a vector at `kt` (`Tile::keys_t`):
+/// queries in groups of up to `Q` (at most 4) over the key vectors all of them need, then each
+/// alone over the rest, by [`dot_t`]; every score has `dot4`'s bits, times `scale`, stored for
+/// the query's own keys only (the floats past its end may be another row's). `(row0, stride)`:
+/// the first query's score row and the stride.
+///
+/// # Safety
+/// See the module's contract; each row holds its query's keys up to its end.
+#[inline(always)]
+pub(super) unsafe fn scores_rows_t<V: Lanes, const Q: usize>(
+    qs: &[*const f32],
+    pe: impl Fn(usize) -> usize,
+    kt: *const f32,
+    (hd, scale): (usize, f32),
+    p0: usize,
+    (row0, stride): (*mut f32, usize),
+) {
+    unsafe {
+        // SAFETY: the module's contract.
+        let vectors = |j: usize| pe(j).saturating_sub(p0).div_ceil(V::N);
+        let scale = V::splat(scale);
+        // Queries `j..j + $n` against vector `v`.
+        macro_rules! group {
+            ($n:literal, $j:expr, $v:expr) => {{
+                let (j, v) = ($j, $v);
+                let kv = kt.add(v * hd * V::N);
+                let s = dot_t::<V, $n>(std::array::from_fn(|i| qs[j + i]), kv, hd);
+                for (i, &s) in s.iter().enumerate() {
+                    let at = p0 + v * V::N;
+                    let row = row0.add((j + i) * stride + at);
+                    V::store_first(row, pe(j + i) - at, V::mul(s, scale));
+                }
+            }};
+        }
+        let mut j = 0;
+        while j < qs.len() {
+            let n = (qs.len() - j).min(Q);
+            let shared = (j..j + n).map(vectors).min().unwrap_or(0);
+            for v in 0..shared {
+                match n {
+                    4 => group!(4, j, v),
+                    3 => group!(3, j, v),
+                    2 => group!(2, j, v),
+                    _ => group!(1, j, v),
+                }
+            }
+            for i in j..j + n {
+                // Each query alone over the vectors past the shared ones.
+                for v in shared..vectors(i) {
+                    group!(1, i, v);
+                }
+            }
+            j += n;
+        }
     }
 }
 

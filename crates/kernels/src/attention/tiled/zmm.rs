@@ -19,14 +19,13 @@
 use std::arch::x86_64::*;
 
 use super::axpy_n;
-use super::lanes::{axpy_v, dot_t};
+use super::lanes::{axpy_v, scores_rows_t};
 
 /// Keys (or value lanes) per vector.
 pub(super) const W: usize = 16;
 
-/// Scores of queries `qs` against keys `p0..pe(j)` (query `j`'s own end, at most the block's
-/// end) of a block laid out by `Tile::keys_t::<16>` at `kt`, times `scale`; `(row0, stride)`:
-/// the first query's score row and the stride.
+/// Scores of queries `qs` against keys `p0..pe(j)` of a block laid out by `Tile::keys_t::<16>`
+/// at `kt`, in fours of queries: `lanes::scores_rows_t` in 512-bit lanes.
 ///
 /// # Safety
 /// See the module's contract.
@@ -36,53 +35,13 @@ pub(super) unsafe fn scores_rows(
     qs: &[*const f32],
     pe: impl Fn(usize) -> usize,
     kt: *const f32,
-    (hd, scale): (usize, f32),
+    at: (usize, f32),
     p0: usize,
-    (row0, stride): (*mut f32, usize),
+    rows: (*mut f32, usize),
 ) {
     unsafe {
-        // SAFETY: every operation below relies only on this fn's contract
-        // (the CPU features it is compiled for; pointers and lengths inside
-        // the buffers it is given), which its caller upholds.
-        let vectors = |j: usize| pe(j).saturating_sub(p0).div_ceil(W);
-        let store = |j: usize, v: usize, s: __m512| {
-            let at = p0 + v * W;
-            // Only the query's own keys: the floats past its end may be another row's.
-            let n = (pe(j) - at).min(W);
-            let mask = (((1u32 << n) - 1) & 0xffff) as __mmask16;
-            let s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
-            _mm512_mask_storeu_ps(row0.add(j * stride + at), mask, s);
-        };
-        macro_rules! group {
-            ($n:literal, $j:expr, $v:expr) => {{
-                let (j, v) = ($j, $v);
-                let s =
-                    dot_t::<__m512, $n>(std::array::from_fn(|i| qs[j + i]), kt.add(v * hd * W), hd);
-                for (i, &s) in s.iter().enumerate() {
-                    store(j + i, v, s);
-                }
-            }};
-        }
-        let mut j = 0;
-        while j < qs.len() {
-            let n = (qs.len() - j).min(4);
-            let shared = (j..j + n).map(vectors).min().unwrap_or(0);
-            for v in 0..shared {
-                match n {
-                    4 => group!(4, j, v),
-                    3 => group!(3, j, v),
-                    2 => group!(2, j, v),
-                    _ => group!(1, j, v),
-                }
-            }
-            for i in j..j + n {
-                // Each query alone over the vectors past the shared ones.
-                for v in shared..vectors(i) {
-                    group!(1, i, v);
-                }
-            }
-            j += n;
-        }
+        // SAFETY: this fn's contract.
+        scores_rows_t::<__m512, 4>(qs, pe, kt, at, p0, rows)
     }
 }
 
